@@ -1,0 +1,36 @@
+# Sourced by .ci/run: makes a private PostgreSQL cluster available to the tests
+# and exports IDEM_TEST_DATABASE_URL. Installs the server from Debian packages
+# only when no initdb/pg_ctl is on the machine.
+pg_bin=""
+for d in /usr/lib/postgresql/*/bin; do
+  [ -x "$d/initdb" ] && pg_bin="$d"
+done
+if [ -z "$pg_bin" ] && command -v initdb >/dev/null 2>&1; then
+  pg_bin="$(dirname "$(command -v initdb)")"
+fi
+if [ -z "$pg_bin" ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq postgresql >/dev/null
+  for d in /usr/lib/postgresql/*/bin; do
+    [ -x "$d/initdb" ] && pg_bin="$d"
+  done
+fi
+[ -n "$pg_bin" ] || { echo "PostgreSQL could not be installed" >&2; exit 1; }
+
+pg_port="${IDEM_PG_PORT:-54329}"
+pg_dir="$(mktemp -d /tmp/idem-pg.XXXXXX)"
+pg_user=postgres
+if [ "$(id -u)" = 0 ]; then
+  id "$pg_user" >/dev/null 2>&1 || useradd --system --no-create-home "$pg_user"
+  chown "$pg_user" "$pg_dir"
+  as_pg() { su "$pg_user" -s /bin/sh -c "$*"; }
+else
+  pg_user="$(id -un)"
+  as_pg() { sh -c "$*"; }
+fi
+as_pg "'$pg_bin/initdb' -D '$pg_dir/data' -U postgres --auth=trust -E UTF8 >/dev/null"
+as_pg "'$pg_bin/pg_ctl' -D '$pg_dir/data' -l '$pg_dir/log' -o \"-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off\" -w start >/dev/null"
+trap "as_pg \"'$pg_bin/pg_ctl' -D '$pg_dir/data' -m immediate stop\" >/dev/null 2>&1 || true" EXIT
+export IDEM_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/postgres"
+echo "PostgreSQL from $pg_bin on port $pg_port"
