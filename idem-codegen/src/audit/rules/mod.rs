@@ -1,0 +1,58 @@
+//! The rule table. Codes are stable and never reused; add new rules at the end.
+
+use super::Rule;
+
+mod exactly_once_claim;
+mod external_effect_without_phases;
+mod global_key_scope;
+mod invalid_extension;
+mod key_parameter_shape;
+mod missing_conflict_responses;
+mod missing_retry_after;
+mod phases_without_key;
+mod reaper_before_replay_window;
+mod replay_window_shorter_than_retry_horizon;
+mod undecided_failure_replay;
+mod unkeyed_unsafe_write;
+
+/// Every rule, in code order.
+pub static RULES: &[&Rule] = &[
+    &unkeyed_unsafe_write::RULE,
+    &global_key_scope::RULE,
+    &replay_window_shorter_than_retry_horizon::RULE,
+    &reaper_before_replay_window::RULE,
+    &external_effect_without_phases::RULE,
+    &exactly_once_claim::RULE,
+    &invalid_extension::RULE,
+    &missing_conflict_responses::RULE,
+    &undecided_failure_replay::RULE,
+    &key_parameter_shape::RULE,
+    &missing_retry_after::RULE,
+    &phases_without_key::RULE,
+];
+
+use crate::model::{Model, Operation};
+use crate::source::Pos;
+use crate::vocab::Located;
+
+/// For document-wide settings: yields the root (when it set any of the fields
+/// involved) and then each operation that overrides one of them, so a root
+/// mistake is reported once rather than once per operation.
+pub(crate) fn settings_scopes<'m>(
+    model: &'m Model,
+    fields: impl Fn(&crate::vocab::IdempotencyExt) -> Vec<Option<Pos>>,
+) -> Vec<Option<&'m Operation>> {
+    let root_fields = fields(&model.root.idempotency);
+    let mut scopes = vec![None];
+    for op in &model.operations {
+        let own = fields(&op.ext);
+        if own.iter().zip(&root_fields).any(|(o, r)| o.is_some() && o != r) {
+            scopes.push(Some(op));
+        }
+    }
+    scopes
+}
+
+pub(crate) fn pos_of<T>(field: &Option<Located<T>>) -> Option<Pos> {
+    field.as_ref().map(|l| l.pos)
+}

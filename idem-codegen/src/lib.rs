@@ -1,0 +1,17 @@
+//! idem-codegen: load an OpenAPI document, model its retry contract, audit it.
+//!
+//! The pipeline runs one way: [`load`] (YAML or JSON, multi-file `$ref`s, every
+//! node keeps its position) → [`model`] (one [`model::Operation`] per path and
+//! method, with its retry class, key policy, retry policy and phases) →
+//! [`audit`] (rules over the model) → [`render`] (human, JSON, SARIF, GitHub).
+//! Generators read the model, never the raw document.
+
+pub mod audit;
+pub mod baseline;
+pub mod cli;
+pub mod load;
+pub mod model;
+pub mod render;
+pub mod source;
+pub mod tree;
+pub mod vocab;

@@ -1,0 +1,423 @@
+//! The model: one [`Operation`] per path and method, with everything the audit
+//! and the generators need — retry class, key policy, retry policy, phases,
+//! waivers — and the position of each fact in the user's files.
+
+use std::time::Duration;
+
+use crate::load::{Document, LoadError};
+use crate::source::Pos;
+use crate::tree::Node;
+use crate::vocab::{
+    Backoff, Budget, Effect, ExtensionError, FailureReplay, IdempotencyExt, InFlight, KeyIn,
+    KeyRequirement, Level, Located, Reader, RetryExt, Scope, Waiver,
+};
+
+mod build;
+
+pub use build::build;
+
+/// HTTP methods an OpenAPI path item can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Method {
+    Get,
+    Put,
+    Post,
+    Delete,
+    Options,
+    Head,
+    Patch,
+    Trace,
+    Query,
+}
+
+impl Method {
+    pub const ALL: [(Method, &'static str); 9] = [
+        (Method::Get, "get"),
+        (Method::Put, "put"),
+        (Method::Post, "post"),
+        (Method::Delete, "delete"),
+        (Method::Options, "options"),
+        (Method::Head, "head"),
+        (Method::Patch, "patch"),
+        (Method::Trace, "trace"),
+        (Method::Query, "query"),
+    ];
+
+    /// Upper-case name, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Put => "PUT",
+            Method::Post => "POST",
+            Method::Delete => "DELETE",
+            Method::Options => "OPTIONS",
+            Method::Head => "HEAD",
+            Method::Patch => "PATCH",
+            Method::Trace => "TRACE",
+            Method::Query => "QUERY",
+        }
+    }
+
+    /// RFC 9110 safe methods (and QUERY, which is safe by its definition).
+    pub fn is_safe(self) -> bool {
+        matches!(
+            self,
+            Method::Get | Method::Head | Method::Options | Method::Trace | Method::Query
+        )
+    }
+
+    /// The effect assumed when none is declared; `None` for POST and PATCH,
+    /// which promise nothing.
+    pub fn default_effect(self) -> Option<Effect> {
+        match self {
+            m if m.is_safe() => Some(Effect::Read),
+            Method::Put => Some(Effect::Replace),
+            Method::Delete => Some(Effect::Delete),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a client may retry an operation; every operation has exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RetryClass {
+    /// Idempotent by its effect (or conditional on `If-Match`): retried on the allowlist.
+    Safe,
+    /// Accepts an idempotency key: one key per logical call, reused on every attempt.
+    Keyed,
+    /// Not idempotent, no key, and the spec warns integrators.
+    UnsafeDocumented,
+    /// Not idempotent, no key, no warning: the audit fails.
+    Unsafe,
+}
+
+impl RetryClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryClass::Safe => "safe",
+            RetryClass::Keyed => "keyed",
+            RetryClass::UnsafeDocumented => "unsafe-documented",
+            RetryClass::Unsafe => "unsafe",
+        }
+    }
+}
+
+impl std::fmt::Display for RetryClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A parameter as the model needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parameter {
+    pub name: String,
+    /// `path`, `query`, `header` or `cookie`.
+    pub location: String,
+    pub required: bool,
+    /// JSON Schema `type` when one is given.
+    pub schema_type: Option<String>,
+    pub max_length: Option<u64>,
+    /// Where the parameter is declared (possibly another file).
+    pub pos: Pos,
+}
+
+/// A documented response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    /// `201`, `4XX`, `default`.
+    pub status: String,
+    pub pos: Pos,
+    /// Header names, as written.
+    pub headers: Vec<String>,
+    /// Description plus any example text, for rules that read what is said.
+    pub text: String,
+}
+
+impl Response {
+    pub fn has_header(&self, name: &str) -> bool {
+        self.headers.iter().any(|h| h.eq_ignore_ascii_case(name))
+    }
+}
+
+/// The request body, summarised.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestBody {
+    pub required: bool,
+    pub content_types: Vec<String>,
+    /// Top-level property names of the first schema (after `$ref`/`allOf`).
+    pub properties: Vec<String>,
+    pub pos: Pos,
+}
+
+/// Where the key travels and how it was found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeySource {
+    /// A header parameter (its index in [`Operation::parameters`]).
+    Header { name: String, parameter: Option<usize> },
+    /// A request-body field.
+    Body { field: String },
+}
+
+/// An operation's idempotency-key policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyPolicy {
+    pub requirement: KeyRequirement,
+    /// How the key is sent; `None` when the operation takes no key.
+    pub source: Option<KeySource>,
+    /// The `key:` the spec declared, if any.
+    pub declared: Option<Located<KeyRequirement>>,
+    /// A key-like parameter that is not a header (e.g. `?idempotency_key=`).
+    pub misplaced: Option<usize>,
+}
+
+/// The effective `x-idempotency` settings of an operation (root merged with the
+/// operation's own block), with defaults filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeySettings {
+    pub header: String,
+    pub key_max_length: u32,
+    pub scope: Scope,
+    pub replay_window: Duration,
+    pub reaper_after: Duration,
+    pub retry_horizon: Option<Duration>,
+    pub failure_replay: Option<FailureReplay>,
+    pub in_flight: InFlight,
+    pub lock_timeout: Duration,
+}
+
+impl KeySettings {
+    pub const DEFAULT_HEADER: &'static str = "Idempotency-Key";
+    pub const DEFAULT_REPLAY_WINDOW: Duration = Duration::from_secs(24 * 3600);
+    pub const DEFAULT_REAPER_AFTER: Duration = Duration::from_secs(72 * 3600);
+    pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(60);
+}
+
+/// The effective `x-retry` policy of an operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub backoff: Backoff,
+    pub base: Duration,
+    pub cap: Duration,
+    pub deadline: Duration,
+    pub p99: Option<Duration>,
+    pub budget: Budget,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 3,
+            backoff: Backoff::FullJitter,
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(10),
+            deadline: Duration::from_secs(30),
+            p99: None,
+            budget: Budget::default(),
+        }
+    }
+}
+
+/// A text the spec shows to readers (title, summary, description).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prose {
+    pub text: String,
+    pub pos: Pos,
+}
+
+/// One path + method the API serves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Operation {
+    /// `operationId`, or a name derived from method and path.
+    pub name: String,
+    pub operation_id: Option<String>,
+    pub method: Method,
+    pub path: String,
+    /// The method key in the path item.
+    pub pos: Pos,
+    pub summary: Option<String>,
+    pub parameters: Vec<Parameter>,
+    pub request_body: Option<RequestBody>,
+    pub responses: Vec<Response>,
+    /// The declared effect, if any.
+    pub declared_effect: Option<Located<Effect>>,
+    pub key: KeyPolicy,
+    pub class: RetryClass,
+    /// `If-Match` is required and `412` documented.
+    pub conditional: bool,
+    pub unsafe_retry: Option<Located<String>>,
+    pub phases: Option<Located<Vec<String>>>,
+    pub settings: KeySettings,
+    pub retry: RetryPolicy,
+    /// The merged `x-idempotency` blocks, for rules that need positions.
+    pub ext: IdempotencyExt,
+    pub waivers: Vec<Waiver>,
+    pub prose: Vec<Prose>,
+}
+
+impl Operation {
+    /// The effect: declared, or the method's default (`None` for an
+    /// undeclared POST or PATCH).
+    pub fn effect(&self) -> Option<Effect> {
+        self.declared_effect
+            .map(|e| e.value)
+            .or_else(|| self.method.default_effect())
+    }
+
+    /// Whether the operation changes server state.
+    pub fn is_state_changing(&self) -> bool {
+        self.effect() != Some(Effect::Read)
+    }
+
+    /// Whether repeating the operation is harmless without a key.
+    pub fn is_idempotent(&self) -> bool {
+        self.conditional || self.effect().is_some_and(Effect::is_idempotent)
+    }
+
+    pub fn response(&self, status: &str) -> Option<&Response> {
+        self.responses.iter().find(|r| r.status == status)
+    }
+}
+
+/// A call the API makes to its integrators (OpenAPI 3.1 `webhooks`); not
+/// audited as an operation the API serves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Webhook {
+    pub name: String,
+    pub method: Method,
+    pub operation_id: Option<String>,
+    pub pos: Pos,
+}
+
+/// The document-level facts.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Root {
+    pub idempotency: IdempotencyExt,
+    pub retry: RetryExt,
+    pub prose: Vec<Prose>,
+}
+
+/// Everything idem knows about an API.
+#[derive(Debug)]
+pub struct Model {
+    pub document: Document,
+    pub title: String,
+    pub root: Root,
+    pub operations: Vec<Operation>,
+    pub webhooks: Vec<Webhook>,
+    pub extension_errors: Vec<ExtensionError>,
+}
+
+impl Model {
+    /// Where the root's `x-idempotency` settings resolve for one field, for
+    /// diagnostics about the document as a whole.
+    pub fn root_pos(&self) -> Pos {
+        self.document.root().pos
+    }
+}
+
+/// Why a model could not be built (beyond what the audit reports).
+pub type ModelError = LoadError;
+
+/// Read an `x-idempotency` and `x-retry` block pair from `node`.
+pub(crate) fn read_extensions(
+    node: &Node,
+    level: Level,
+    reader: &mut Reader<'_>,
+) -> (IdempotencyExt, RetryExt) {
+    let idem = node
+        .get("x-idempotency")
+        .map(|n| reader.idempotency(n, level))
+        .unwrap_or_default();
+    let retry = node
+        .get("x-retry")
+        .map(|n| reader.retry(n, level))
+        .unwrap_or_default();
+    (idem, retry)
+}
+
+/// `inner` where set, else `outer`.
+pub(crate) fn merge_idempotency(outer: &IdempotencyExt, inner: IdempotencyExt) -> IdempotencyExt {
+    IdempotencyExt {
+        header: inner.header.or_else(|| outer.header.clone()),
+        key_max_length: inner.key_max_length.or(outer.key_max_length),
+        scope: inner.scope.or(outer.scope),
+        replay_window: inner.replay_window.or(outer.replay_window),
+        reaper_after: inner.reaper_after.or(outer.reaper_after),
+        retry_horizon: inner.retry_horizon.or(outer.retry_horizon),
+        failure_replay: inner.failure_replay.or(outer.failure_replay),
+        in_flight: inner.in_flight.or(outer.in_flight),
+        lock_timeout: inner.lock_timeout.or(outer.lock_timeout),
+        effect: inner.effect,
+        key: inner.key,
+        key_in: inner.key_in.or(outer.key_in),
+        unsafe_retry: inner.unsafe_retry,
+        phases: inner.phases,
+        allow: outer.allow.iter().cloned().chain(inner.allow).collect(),
+    }
+}
+
+pub(crate) fn merge_retry(outer: &RetryExt, inner: RetryExt) -> RetryExt {
+    RetryExt {
+        max_attempts: inner.max_attempts.or(outer.max_attempts),
+        backoff: inner.backoff.or(outer.backoff),
+        base: inner.base.or(outer.base),
+        cap: inner.cap.or(outer.cap),
+        deadline: inner.deadline.or(outer.deadline),
+        p99: inner.p99.or(outer.p99),
+        budget: inner.budget.or(outer.budget),
+    }
+}
+
+pub fn key_settings(ext: &IdempotencyExt) -> KeySettings {
+    KeySettings {
+        header: ext
+            .header
+            .as_ref()
+            .map_or_else(|| KeySettings::DEFAULT_HEADER.to_owned(), |h| h.value.clone()),
+        key_max_length: ext.key_max_length.map_or(255, |l| l.value),
+        scope: ext.scope.map_or(Scope::Account, |s| s.value),
+        replay_window: ext
+            .replay_window
+            .map_or(KeySettings::DEFAULT_REPLAY_WINDOW, |d| d.value),
+        reaper_after: ext
+            .reaper_after
+            .map_or(KeySettings::DEFAULT_REAPER_AFTER, |d| d.value),
+        retry_horizon: ext.retry_horizon.map(|d| d.value),
+        failure_replay: ext.failure_replay.map(|f| f.value),
+        in_flight: ext.in_flight.map_or(InFlight::Conflict, |f| f.value),
+        lock_timeout: ext
+            .lock_timeout
+            .map_or(KeySettings::DEFAULT_LOCK_TIMEOUT, |d| d.value),
+    }
+}
+
+pub(crate) fn retry_policy(ext: &RetryExt) -> RetryPolicy {
+    let d = RetryPolicy::default();
+    RetryPolicy {
+        max_attempts: ext.max_attempts.map_or(d.max_attempts, |v| v.value),
+        backoff: ext.backoff.map_or(d.backoff, |v| v.value),
+        base: ext.base.map_or(d.base, |v| v.value),
+        cap: ext.cap.map_or(d.cap, |v| v.value),
+        deadline: ext.deadline.map_or(d.deadline, |v| v.value),
+        p99: ext.p99.map(|v| v.value),
+        budget: ext.budget.map_or(d.budget, |v| v.value),
+    }
+}
+
+/// The key's name when it travels in the body.
+pub const BODY_KEY_FIELD: &str = "idempotency_key";
+
+/// Header names real APIs use for the key, matched case-insensitively.
+pub const COMMON_KEY_HEADERS: &[&str] = &["Idempotency-Key", "X-Idempotency-Key"];
+
+pub(crate) fn key_in(ext: &IdempotencyExt) -> KeyIn {
+    ext.key_in.map_or(KeyIn::Header, |k| k.value)
+}

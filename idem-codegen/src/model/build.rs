@@ -1,0 +1,524 @@
+//! Building the [`Model`] from a loaded [`Document`].
+
+use crate::load::{Document, LoadError, LoadFailure};
+use crate::source::Pos;
+use crate::tree::{Node, Value};
+use crate::vocab::{
+    Effect, IdempotencyExt, KeyIn, KeyRequirement, Level, Located, Reader,
+    RetryExt,
+};
+
+use super::{
+    BODY_KEY_FIELD, COMMON_KEY_HEADERS, KeyPolicy, KeySource, Method, Model, Operation, Parameter,
+    Prose, RequestBody, Response, RetryClass, Root, Webhook, key_in, key_settings,
+    merge_idempotency, merge_retry, read_extensions, retry_policy,
+};
+
+/// Build the model of `document`. `rule_names` are the slugs and codes that
+/// `allow:` may name. Fails only when a `$ref` the model needs is broken; every
+/// vocabulary problem is collected in [`Model::extension_errors`] instead.
+pub fn build(document: Document, rule_names: &[&str]) -> Result<Model, Box<LoadFailure>> {
+    let mut errors = Vec::new();
+    let built = Builder {
+        doc: &document,
+        reader: Reader {
+            errors: &mut errors,
+            rule_names,
+        },
+    }
+    .run();
+    match built {
+        Ok((title, root, operations, webhooks)) => Ok(Model {
+            document,
+            title,
+            root,
+            operations,
+            webhooks,
+            extension_errors: errors,
+        }),
+        Err(error) => Err(Box::new(LoadFailure {
+            error,
+            sources: document.sources,
+        })),
+    }
+}
+
+type Built = (String, Root, Vec<Operation>, Vec<Webhook>);
+
+struct Builder<'d, 'e> {
+    doc: &'d Document,
+    reader: Reader<'e>,
+}
+
+/// Aliases read from other tools' extensions at the root.
+#[derive(Default)]
+struct Aliases {
+    fern_headers: Vec<String>,
+}
+
+impl<'d> Builder<'d, '_> {
+    fn run(mut self) -> Result<Built, LoadError> {
+        let root_node = self.doc.root();
+        let (mut idem, mut retry) = read_extensions(root_node, Level::Root, &mut self.reader);
+        if let Some(alias) = root_node.get("x-speakeasy-retries") {
+            retry = merge_retry(&speakeasy(alias), retry);
+        }
+        let mut aliases = Aliases::default();
+        if let Some(list) = root_node.get("x-fern-idempotency-headers").and_then(Node::as_seq) {
+            aliases.fern_headers = list
+                .iter()
+                .filter_map(|h| h.get("header").and_then(Node::as_str).map(str::to_owned))
+                .collect();
+        }
+        // Waivers at the root apply to everything below.
+        idem.allow.sort_by(|a, b| a.rule.cmp(&b.rule));
+
+        let mut prose = Vec::new();
+        let info = root_node.get("info");
+        let title = info
+            .and_then(|i| i.get("title"))
+            .and_then(Node::as_str)
+            .unwrap_or("")
+            .to_owned();
+        if let Some(info) = info {
+            push_prose(&mut prose, info, &["title", "summary", "description"]);
+        }
+        if let Some(tags) = root_node.get("tags").and_then(Node::as_seq) {
+            for tag in tags {
+                push_prose(&mut prose, tag, &["description"]);
+            }
+        }
+
+        let root = Root {
+            idempotency: idem,
+            retry,
+            prose,
+        };
+
+        let mut operations = Vec::new();
+        if let Some(paths) = root_node.get("paths").and_then(Node::as_map) {
+            for (path, item) in paths {
+                if !path.name.starts_with('/') {
+                    continue; // `x-` extensions beside the paths
+                }
+                let item = self.doc.resolve(item)?;
+                let shared = self.parameters(item, None)?;
+                for (method, method_key) in Method::ALL {
+                    let Some((key, op)) = item.entry(method_key) else {
+                        continue;
+                    };
+                    let op = self.doc.resolve(op)?;
+                    let mut operation =
+                        self.operation(&root, &aliases, method, &path.name, key.pos, op, &shared)?;
+                    push_prose(&mut operation.prose, item, &["summary", "description"]);
+                    operations.push(operation);
+                }
+            }
+        }
+
+        let mut webhooks = Vec::new();
+        if let Some(hooks) = root_node.get("webhooks").and_then(Node::as_map) {
+            for (name, item) in hooks {
+                let item = self.doc.resolve(item)?;
+                for (method, method_key) in Method::ALL {
+                    if let Some((key, op)) = item.entry(method_key) {
+                        webhooks.push(Webhook {
+                            name: name.name.clone(),
+                            method,
+                            operation_id: op.get("operationId").and_then(Node::as_str).map(str::to_owned),
+                            pos: key.pos,
+                        });
+                    }
+                }
+            }
+        }
+        Ok((title, root, operations, webhooks))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn operation(
+        &mut self,
+        root: &Root,
+        aliases: &Aliases,
+        method: Method,
+        path: &str,
+        pos: Pos,
+        op: &'d Node,
+        shared: &[Parameter],
+    ) -> Result<Operation, LoadError> {
+        let (own_idem, mut own_retry) = read_extensions(op, Level::Operation, &mut self.reader);
+        if let Some(alias) = op.get("x-speakeasy-retries") {
+            own_retry = merge_retry(&speakeasy(alias), own_retry);
+        }
+        let mut ext = merge_idempotency(&root.idempotency, own_idem);
+        let retry_ext = merge_retry(&root.retry, own_retry);
+        if ext.key.is_none()
+            && !aliases.fern_headers.is_empty()
+            && op.get("x-fern-idempotent").and_then(Node::as_bool) == Some(true)
+        {
+            ext.key = Some(Located {
+                value: KeyRequirement::Optional,
+                pos: op.get("x-fern-idempotent").map_or(pos, |n| n.pos),
+            });
+        }
+        let settings = key_settings(&ext);
+        let parameters = self.parameters(op, Some(shared))?;
+        let request_body = match op.get("requestBody") {
+            Some(body) => Some(self.request_body(body)?),
+            None => None,
+        };
+        let responses = self.responses(op)?;
+
+        let mut key_headers: Vec<&str> = vec![settings.header.as_str()];
+        key_headers.extend(COMMON_KEY_HEADERS);
+        key_headers.extend(aliases.fern_headers.iter().map(String::as_str));
+        let key = key_policy(&ext, &parameters, request_body.as_ref(), &key_headers);
+
+        let operation_id = op.get("operationId").and_then(Node::as_str).map(str::to_owned);
+        let name = operation_id
+            .clone()
+            .unwrap_or_else(|| derived_name(method, path));
+        let summary = op.get("summary").and_then(Node::as_str).map(str::to_owned);
+        let mut prose = Vec::new();
+        push_prose(&mut prose, op, &["summary", "description"]);
+
+        let conditional = parameters.iter().any(|p| {
+            p.location == "header" && p.required && p.name.eq_ignore_ascii_case("If-Match")
+        }) && responses.iter().any(|r| r.status == "412");
+
+        let mut operation = Operation {
+            name,
+            operation_id,
+            method,
+            path: path.to_owned(),
+            pos,
+            summary,
+            parameters,
+            request_body,
+            responses,
+            declared_effect: ext.effect,
+            key,
+            class: RetryClass::Unsafe,
+            conditional,
+            unsafe_retry: ext.unsafe_retry.clone(),
+            phases: ext.phases.clone(),
+            settings,
+            retry: retry_policy(&retry_ext),
+            waivers: ext.allow.clone(),
+            ext,
+            prose,
+        };
+        operation.class = classify(&operation);
+        Ok(operation)
+    }
+
+    /// Parameters of `node`; with `shared`, path-level parameters not
+    /// overridden here (same name and location) are appended.
+    fn parameters(
+        &self,
+        node: &'d Node,
+        shared: Option<&[Parameter]>,
+    ) -> Result<Vec<Parameter>, LoadError> {
+        let mut out = Vec::new();
+        for item in node.get("parameters").and_then(Node::as_seq).unwrap_or(&[]) {
+            let param = self.doc.resolve(item)?;
+            let (Some(name), Some(location)) = (
+                param.get("name").and_then(Node::as_str),
+                param.get("in").and_then(Node::as_str),
+            ) else {
+                continue;
+            };
+            let schema = match param.get("schema") {
+                Some(s) => Some(self.doc.resolve(s)?),
+                None => None,
+            };
+            out.push(Parameter {
+                name: name.to_owned(),
+                location: location.to_owned(),
+                required: param.get("required").and_then(Node::as_bool) == Some(true),
+                schema_type: schema.and_then(schema_type),
+                max_length: schema
+                    .and_then(|s| s.get("maxLength"))
+                    .and_then(|n| n.scalar_text())
+                    .and_then(|t| t.parse().ok()),
+                pos: param.pos,
+            });
+        }
+        if let Some(shared) = shared {
+            for p in shared {
+                if !out
+                    .iter()
+                    .any(|o| o.location == p.location && o.name.eq_ignore_ascii_case(&p.name))
+                {
+                    out.push(p.clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn request_body(&self, node: &'d Node) -> Result<RequestBody, LoadError> {
+        let body = self.doc.resolve(node)?;
+        let mut content_types = Vec::new();
+        let mut properties = Vec::new();
+        if let Some(content) = body.get("content").and_then(Node::as_map) {
+            for (media, entry) in content {
+                content_types.push(media.name.clone());
+                if properties.is_empty()
+                    && let Some(schema) = entry.get("schema")
+                {
+                    self.collect_properties(schema, &mut properties, 0)?;
+                }
+            }
+        }
+        Ok(RequestBody {
+            required: body.get("required").and_then(Node::as_bool) == Some(true),
+            content_types,
+            properties,
+            pos: body.pos,
+        })
+    }
+
+    /// Top-level property names of a schema, through `$ref` and `allOf`.
+    fn collect_properties(
+        &self,
+        schema: &'d Node,
+        out: &mut Vec<String>,
+        depth: usize,
+    ) -> Result<(), LoadError> {
+        if depth > 16 {
+            return Ok(());
+        }
+        let schema = self.doc.resolve(schema)?;
+        if let Some(props) = schema.get("properties").and_then(Node::as_map) {
+            out.extend(props.iter().map(|(k, _)| k.name.clone()));
+        }
+        for part in schema.get("allOf").and_then(Node::as_seq).unwrap_or(&[]) {
+            self.collect_properties(part, out, depth + 1)?;
+        }
+        Ok(())
+    }
+
+    fn responses(&self, op: &'d Node) -> Result<Vec<Response>, LoadError> {
+        let mut out = Vec::new();
+        for (status, node) in op.get("responses").and_then(Node::as_map).unwrap_or(&[]) {
+            if status.name.starts_with("x-") {
+                continue;
+            }
+            let response = self.doc.resolve(node)?;
+            let headers = response
+                .get("headers")
+                .and_then(Node::as_map)
+                .map(|h| h.iter().map(|(k, _)| k.name.clone()).collect())
+                .unwrap_or_default();
+            let mut text = response
+                .get("description")
+                .and_then(Node::as_str)
+                .unwrap_or("")
+                .to_owned();
+            if let Some(content) = response.get("content") {
+                example_text(content, &mut text);
+            }
+            out.push(Response {
+                status: status.name.clone(),
+                pos: status.pos,
+                headers,
+                text,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Decide where the key comes from and whether it is required.
+fn key_policy(
+    ext: &IdempotencyExt,
+    parameters: &[Parameter],
+    body: Option<&RequestBody>,
+    key_headers: &[&str],
+) -> KeyPolicy {
+    let header = parameters.iter().position(|p| {
+        p.location == "header" && key_headers.iter().any(|h| h.eq_ignore_ascii_case(&p.name))
+    });
+    let misplaced = parameters
+        .iter()
+        .position(|p| p.location != "header" && is_key_name(&p.name));
+    let declared = ext.key;
+    let body_has_field = body.is_some_and(|b| b.properties.iter().any(|p| p == BODY_KEY_FIELD));
+    let (found, source) = match key_in(ext) {
+        KeyIn::Body => (
+            body_has_field.then_some(KeyRequirement::Optional),
+            KeySource::Body {
+                field: BODY_KEY_FIELD.to_owned(),
+            },
+        ),
+        KeyIn::Header => {
+            let found = header.and_then(|i| parameters.get(i)).map(|p| {
+                if p.required {
+                    KeyRequirement::Required
+                } else {
+                    KeyRequirement::Optional
+                }
+            });
+            let name = header
+                .and_then(|i| parameters.get(i))
+                .map_or_else(|| key_headers.first().copied().unwrap_or("Idempotency-Key").to_owned(), |p| p.name.clone());
+            (found, KeySource::Header { name, parameter: header })
+        }
+    };
+    let requirement = declared
+        .map(|d| d.value)
+        .or(found)
+        .unwrap_or(KeyRequirement::None);
+    KeyPolicy {
+        requirement,
+        source: (requirement != KeyRequirement::None).then_some(source),
+        declared,
+        misplaced,
+    }
+}
+
+fn is_key_name(name: &str) -> bool {
+    let squashed: String = name
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    squashed == "idempotencykey"
+}
+
+/// The retry class; see DESIGN.md's table.
+pub(crate) fn classify(op: &Operation) -> RetryClass {
+    if op.effect() == Some(Effect::Read) {
+        RetryClass::Safe
+    } else if op.key.requirement != KeyRequirement::None {
+        RetryClass::Keyed
+    } else if op.is_idempotent() {
+        RetryClass::Safe
+    } else if op.unsafe_retry.is_some() {
+        RetryClass::UnsafeDocumented
+    } else {
+        RetryClass::Unsafe
+    }
+}
+
+fn schema_type(schema: &Node) -> Option<String> {
+    let ty = schema.get("type")?;
+    match &ty.value {
+        Value::String(s) => Some(s.clone()),
+        // 3.1 allows `type: [string, "null"]`.
+        Value::Seq(items) => items
+            .iter()
+            .filter_map(Node::as_str)
+            .find(|t| *t != "null")
+            .map(str::to_owned),
+        _ => None,
+    }
+}
+
+fn push_prose(out: &mut Vec<Prose>, node: &Node, fields: &[&str]) {
+    for field in fields {
+        if let Some(text) = node.get(field)
+            && let Some(s) = text.as_str()
+        {
+            out.push(Prose {
+                text: s.to_owned(),
+                pos: text.pos,
+            });
+        }
+    }
+}
+
+/// Append the string scalars of a response's examples (bounded).
+fn example_text(content: &Node, out: &mut String) {
+    let mut todo = vec![content];
+    let mut budget = 500usize;
+    while let Some(node) = todo.pop() {
+        if budget == 0 {
+            break;
+        }
+        budget -= 1;
+        match &node.value {
+            Value::String(s) => {
+                out.push(' ');
+                out.push_str(s);
+            }
+            Value::Map(entries) => {
+                for (k, v) in entries {
+                    if k.name == "schema" {
+                        continue;
+                    }
+                    out.push(' ');
+                    out.push_str(&k.name);
+                    todo.push(v);
+                }
+            }
+            Value::Seq(items) => todo.extend(items.iter()),
+            _ => {}
+        }
+    }
+}
+
+/// `POST /v2/orders/{id}/notes` → `post_v2_orders_by_id_notes`.
+pub fn derived_name(method: Method, path: &str) -> String {
+    let mut name = method.as_str().to_ascii_lowercase();
+    for segment in path.split('/').filter(|s| !s.is_empty()) {
+        name.push('_');
+        if let Some(param) = segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+            name.push_str("by_");
+            name.extend(param.chars().map(ident_char));
+        } else {
+            name.extend(segment.chars().map(ident_char));
+        }
+    }
+    name
+}
+
+fn ident_char(c: char) -> char {
+    if c.is_ascii_alphanumeric() {
+        c.to_ascii_lowercase()
+    } else {
+        '_'
+    }
+}
+
+/// `x-speakeasy-retries` → `x-retry`, for the fields whose meaning maps.
+fn speakeasy(node: &Node) -> RetryExt {
+    let millis = |field: &str| {
+        node.get("backoff")
+            .and_then(|b| b.get(field))
+            .and_then(|n| {
+                let ms: u64 = n.scalar_text()?.parse().ok()?;
+                Some(Located {
+                    value: std::time::Duration::from_millis(ms),
+                    pos: n.pos,
+                })
+            })
+    };
+    RetryExt {
+        base: millis("initialInterval"),
+        cap: millis("maxInterval"),
+        deadline: millis("maxElapsedTime"),
+        ..RetryExt::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_names() {
+        assert_eq!(derived_name(Method::Post, "/v2/orders/{id}/notes"), "post_v2_orders_by_id_notes");
+        assert_eq!(derived_name(Method::Get, "/"), "get");
+        assert_eq!(derived_name(Method::Delete, "/a-b.c"), "delete_a_b_c");
+    }
+
+    #[test]
+    fn key_names() {
+        assert!(is_key_name("idempotency_key"));
+        assert!(is_key_name("Idempotency-Key"));
+        assert!(is_key_name("IdempotencyKey"));
+        assert!(!is_key_name("key"));
+    }
+}

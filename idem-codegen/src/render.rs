@@ -1,0 +1,356 @@
+//! Front ends for diagnostics: rustc-style text, JSON, SARIF 2.1.0 and GitHub
+//! workflow commands. All four carry the same facts.
+
+use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
+use serde_json::{Value as Json, json};
+
+use crate::audit::{Diagnostic, RULES, Report, Severity, Summary};
+use crate::load::LoadError;
+use crate::model::{Method, Model, Operation};
+use crate::source::{Pos, SourceMap};
+use crate::vocab::{Effect, KeyRequirement};
+
+/// Output formats of `idem audit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Human,
+    Json,
+    Sarif,
+    Github,
+}
+
+/// Render a report in `format`. `color` applies to `human` only.
+pub fn report(model: &Model, report: &Report, format: Format, color: bool) -> String {
+    match format {
+        Format::Human => human(model, report, color),
+        Format::Json => pretty(&json_report(model, report)),
+        Format::Sarif => pretty(&sarif(model, report)),
+        Format::Github => github(model, report),
+    }
+}
+
+fn pretty(value: &Json) -> String {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+fn renderer(color: bool) -> Renderer {
+    if color { Renderer::styled() } else { Renderer::plain() }
+}
+
+/// The byte range of the token starting at 1-based character `column`.
+fn token_span(line: &str, column: u32) -> std::ops::Range<usize> {
+    let start = line
+        .char_indices()
+        .nth(column.saturating_sub(1) as usize)
+        .map_or(line.len(), |(i, _)| i);
+    let rest = &line[start..];
+    let quoted = rest.starts_with(['"', '\'']);
+    let len = if quoted {
+        let q = rest.as_bytes()[0];
+        rest[1..].find(q as char).map_or(rest.len(), |i| i + 2)
+    } else {
+        rest.find(|c: char| c.is_whitespace() || c == ':' || c == ',')
+            .unwrap_or(rest.len())
+    };
+    start..start + len.max(1).min(rest.len())
+}
+
+/// One rustc-style message with its snippet.
+pub fn snippet_message(
+    sources: &SourceMap,
+    level: Level<'_>,
+    id: Option<&str>,
+    title: &str,
+    pos: Option<Pos>,
+    label: &str,
+    notes: &[String],
+    color: bool,
+) -> String {
+    let mut head = level.clone().primary_title(title);
+    if let Some(id) = id {
+        head = head.id(id);
+    }
+    let file = pos.and_then(|p| sources.get(p.file));
+    let line = pos.zip(file).and_then(|(p, f)| f.line(p.line));
+    let mut group: Group<'_> = match (pos, file, line) {
+        (Some(p), Some(f), Some(text)) => {
+            let span = token_span(text, p.column);
+            head.element(
+                Snippet::source(text)
+                    .line_start(p.line as usize)
+                    .path(f.display.as_str())
+                    .annotation(AnnotationKind::Primary.span(span).label(label)),
+            )
+        }
+        _ => Group::with_title(head),
+    };
+    for note in notes {
+        group = group.element(Level::HELP.message(note.as_str()));
+    }
+    let mut out = renderer(color).render(&[group]);
+    out.push('\n');
+    out
+}
+
+fn human(model: &Model, report: &Report, color: bool) -> String {
+    let sources = &model.document.sources;
+    let mut out = String::new();
+    for d in &report.diagnostics {
+        let level = match d.severity {
+            Severity::Error => Level::ERROR,
+            Severity::Warning => Level::WARNING,
+        };
+        let mut notes = Vec::new();
+        if let Some(help) = &d.help {
+            notes.push(help.clone());
+        }
+        out.push_str(&snippet_message(
+            sources,
+            level,
+            Some(d.code),
+            &d.message,
+            Some(d.pos),
+            d.rule,
+            &notes,
+            color,
+        ));
+        out.push('\n');
+    }
+    if !report.known.is_empty() {
+        out.push_str(&format!(
+            "{} known finding(s) from the baseline not shown\n",
+            report.known.len()
+        ));
+    }
+    out.push_str(&summary_line(&report.summary));
+    out
+}
+
+/// The closing line of a human report.
+pub fn summary_line(s: &Summary) -> String {
+    let mut extra = String::new();
+    if s.waived > 0 {
+        extra.push_str(&format!(", {} waived", s.waived));
+    }
+    if s.baselined > 0 {
+        extra.push_str(&format!(", {} baselined", s.baselined));
+    }
+    format!(
+        "summary: {} operations, {} state-changing, {} keyed, {} documented-unsafe; {} {}, {} {}{extra}\n",
+        s.operations,
+        s.state_changing,
+        s.keyed,
+        s.documented_unsafe,
+        s.errors,
+        plural(s.errors, "error"),
+        s.warnings,
+        plural(s.warnings, "warning"),
+    )
+}
+
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 { word.to_owned() } else { format!("{word}s") }
+}
+
+/// The effect shown for an operation: declared, or what its method implies
+/// (an undeclared POST creates; an undeclared PATCH promises nothing).
+fn effect_name(op: &Operation) -> Option<Effect> {
+    op.effect().or(match op.method {
+        Method::Post => Some(Effect::Create),
+        _ => None,
+    })
+}
+
+fn key_name(op: &Operation) -> KeyRequirement {
+    op.key.requirement
+}
+
+fn diagnostic_json(sources: &SourceMap, d: &Diagnostic) -> Json {
+    let op = d.operation.as_ref();
+    json!({
+        "rule": d.rule,
+        "code": d.code,
+        "severity": d.severity,
+        "method": op.map(|o| o.method.as_str()),
+        "path": op.map(|o| o.path.as_str()),
+        "operation_id": op.and_then(|o| o.operation_id.as_deref()),
+        "file": sources.display(d.pos.file),
+        "line": d.pos.line,
+        "column": d.pos.column,
+        "message": d.message,
+        "help": d.help,
+    })
+}
+
+/// DESIGN.md's JSON shape.
+pub fn json_report(model: &Model, report: &Report) -> Json {
+    let sources = &model.document.sources;
+    let operations: Vec<Json> = model
+        .operations
+        .iter()
+        .map(|op| {
+            json!({
+                "method": op.method.as_str(),
+                "path": op.path,
+                "operation_id": op.operation_id,
+                "class": op.class.as_str(),
+                "key": key_name(op),
+                "effect": effect_name(op),
+            })
+        })
+        .collect();
+    let webhooks: Vec<Json> = model
+        .webhooks
+        .iter()
+        .map(|w| json!({ "name": w.name, "method": w.method.as_str(), "operation_id": w.operation_id }))
+        .collect();
+    json!({
+        "spec": sources.display(model.document.root().pos.file),
+        "operations": operations,
+        "webhooks": webhooks,
+        "diagnostics": report.diagnostics.iter().map(|d| diagnostic_json(sources, d)).collect::<Vec<_>>(),
+        "known": report.known.iter().map(|d| diagnostic_json(sources, d)).collect::<Vec<_>>(),
+        "summary": report.summary,
+    })
+}
+
+/// SARIF 2.1.0, as GitHub code scanning accepts it.
+pub fn sarif(model: &Model, report: &Report) -> Json {
+    let sources = &model.document.sources;
+    let rules: Vec<Json> = RULES
+        .iter()
+        .map(|r| {
+            json!({
+                "id": r.code,
+                "name": r.slug,
+                "shortDescription": { "text": r.summary },
+                "fullDescription": { "text": r.summary },
+                "help": { "text": r.docs, "markdown": r.docs },
+                "defaultConfiguration": { "level": r.severity.as_str() },
+                "properties": { "tags": ["idempotency", "retries"] },
+            })
+        })
+        .collect();
+    let results: Vec<Json> = report
+        .diagnostics
+        .iter()
+        .map(|d| {
+            let index = RULES.iter().position(|r| r.code == d.code).unwrap_or(0);
+            let mut text = d.message.clone();
+            if let Some(help) = &d.help {
+                text.push_str("\nhelp: ");
+                text.push_str(help);
+            }
+            let identity = match &d.operation {
+                Some(o) => format!("{}:{} {}", d.code, o.method, o.path),
+                None => format!("{}:{}", d.code, d.message),
+            };
+            json!({
+                "ruleId": d.code,
+                "ruleIndex": index,
+                "level": d.severity.as_str(),
+                "message": { "text": text },
+                "locations": [{
+                    "physicalLocation": {
+                        "artifactLocation": { "uri": uri(sources.display(d.pos.file)), "uriBaseId": "%SRCROOT%" },
+                        "region": { "startLine": d.pos.line.max(1), "startColumn": d.pos.column.max(1) },
+                    }
+                }],
+                "partialFingerprints": { "idemFinding/v1": identity },
+            })
+        })
+        .collect();
+    json!({
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": { "driver": {
+                "name": "idem",
+                "version": env!("CARGO_PKG_VERSION"),
+                "informationUri": env!("CARGO_PKG_REPOSITORY"),
+                "rules": rules,
+            }},
+            "results": results,
+            "columnKind": "unicodeCodePoints",
+        }],
+    })
+}
+
+fn uri(path: &str) -> String {
+    path.replace('\\', "/")
+        .replace(' ', "%20")
+        .trim_start_matches("./")
+        .to_owned()
+}
+
+/// GitHub Actions workflow commands: one annotation per finding.
+pub fn github(model: &Model, report: &Report) -> String {
+    let sources = &model.document.sources;
+    let mut out = String::new();
+    for d in &report.diagnostics {
+        let mut message = d.message.clone();
+        if let Some(help) = &d.help {
+            message.push_str("\nhelp: ");
+            message.push_str(help);
+        }
+        out.push_str(&format!(
+            "::{} file={},line={},col={},title={}::{}\n",
+            d.severity.as_str(),
+            escape_property(sources.display(d.pos.file)),
+            d.pos.line,
+            d.pos.column,
+            escape_property(&format!("{} {}", d.code, d.rule)),
+            escape_data(&message),
+        ));
+    }
+    let s = &report.summary;
+    out.push_str(&format!(
+        "::notice title=idem audit::{}",
+        escape_data(summary_line(s).trim_end())
+    ));
+    out.push('\n');
+    out
+}
+
+fn escape_data(text: &str) -> String {
+    text.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
+}
+
+fn escape_property(text: &str) -> String {
+    escape_data(text).replace(':', "%3A").replace(',', "%2C")
+}
+
+/// A load failure, rustc-style, for exit code 2.
+pub fn load_error(sources: &SourceMap, error: &LoadError, color: bool) -> String {
+    snippet_message(
+        sources,
+        Level::ERROR,
+        None,
+        &error.to_string(),
+        error.pos(),
+        "here",
+        &[],
+        color,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_spans() {
+        assert_eq!(token_span("    post:", 5), 4..8);
+        assert_eq!(token_span("  scope: global", 10), 9..15);
+        assert_eq!(token_span("  x: \"a b\"", 6), 5..10);
+        assert_eq!(token_span("", 1), 0..0);
+    }
+
+    #[test]
+    fn workflow_command_escaping() {
+        assert_eq!(escape_data("a%b\nc"), "a%25b%0Ac");
+        assert_eq!(escape_property("a:b,c"), "a%3Ab%2Cc");
+    }
+}
