@@ -1,0 +1,311 @@
+//! The protocol's settings, mirroring the `x-idempotency` vocabulary.
+
+use std::time::Duration;
+
+use http::{HeaderName, StatusCode, header};
+
+use super::error::ConfigError;
+
+/// Whether an operation demands a key (`key: required | optional`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRequirement {
+    /// A request without a key gets `400 idempotency_key_missing`.
+    Required,
+    /// A request without a key runs once, unprotected (its handler still gets a transaction).
+    Optional,
+}
+
+/// What a retry gets when the stored outcome is a failure (`failure-replay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureReplay {
+    /// A stored failure replays as-is, like any other response.
+    Verbatim,
+    /// A 5xx is not stored: its transaction rolls back, so nothing of it
+    /// happened, and a retry runs again (a phased operation resumes after its
+    /// last recorded step).
+    Reattempt,
+}
+
+/// What a duplicate gets while the first request still runs (`in-flight`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InFlight {
+    /// `409` with code `idempotency_key_in_use` and `Retry-After`.
+    Conflict,
+    /// Wait for the first request's outcome, up to the given bound, then
+    /// answer as [`InFlight::Conflict`].
+    Wait(Duration),
+    /// `202 Accepted` with code `idempotency_key_in_flight`; retrying the same
+    /// request with the same key fetches the outcome.
+    Accepted,
+}
+
+/// The status of a payload-mismatch answer (409 by default, or 422).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MismatchStatus {
+    /// `409 Conflict`.
+    Conflict,
+    /// `422 Unprocessable Content`.
+    UnprocessableEntity,
+}
+
+impl MismatchStatus {
+    pub(crate) fn status(self) -> StatusCode {
+        match self {
+            MismatchStatus::Conflict => StatusCode::CONFLICT,
+            MismatchStatus::UnprocessableEntity => StatusCode::UNPROCESSABLE_ENTITY,
+        }
+    }
+}
+
+/// The protocol's settings. Defaults follow DESIGN's `x-idempotency` defaults.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_runtime::server::{FailureReplay, InFlight, Policy};
+///
+/// let policy = Policy::new()
+///     .header("Idempotency-Key")
+///     .key_max_length(255)
+///     .replay_window(Duration::from_secs(24 * 3600))
+///     .reaper_after(Duration::from_secs(72 * 3600))
+///     .failure_replay(FailureReplay::Verbatim)
+///     .in_flight(InFlight::Conflict)
+///     .lock_timeout(Duration::from_secs(60));
+/// assert_eq!(policy.replay_window_duration(), Duration::from_secs(86_400));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub(crate) header: String,
+    pub(crate) key_max_length: usize,
+    pub(crate) key: KeyRequirement,
+    pub(crate) replay_window: Duration,
+    pub(crate) reaper_after: Duration,
+    pub(crate) failure_replay: FailureReplay,
+    pub(crate) in_flight: InFlight,
+    pub(crate) lock_timeout: Duration,
+    pub(crate) mismatch: MismatchStatus,
+    pub(crate) max_request_body: usize,
+    pub(crate) max_response_body: usize,
+    pub(crate) replay_headers: Vec<String>,
+    pub(crate) retry_after: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            header: "idempotency-key".to_owned(),
+            key_max_length: 255,
+            key: KeyRequirement::Required,
+            replay_window: Duration::from_secs(24 * 3600),
+            reaper_after: Duration::from_secs(72 * 3600),
+            failure_replay: FailureReplay::Verbatim,
+            in_flight: InFlight::Conflict,
+            lock_timeout: Duration::from_secs(60),
+            mismatch: MismatchStatus::Conflict,
+            max_request_body: 1024 * 1024,
+            max_response_body: 1024 * 1024,
+            replay_headers: [
+                header::CONTENT_TYPE,
+                header::CONTENT_LANGUAGE,
+                header::CONTENT_ENCODING,
+                header::LOCATION,
+                header::ETAG,
+                header::LAST_MODIFIED,
+                header::CACHE_CONTROL,
+                header::RETRY_AFTER,
+            ]
+            .iter()
+            .map(|h| h.as_str().to_owned())
+            .collect(),
+            retry_after: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Policy {
+    /// The defaults: `Idempotency-Key`, 255 bytes, key required, 24h replay
+    /// window, 72h reaper, verbatim failure replay, in-flight conflict, 60s
+    /// lock timeout, 409 on mismatch, 1 MiB request and stored-response caps.
+    pub fn new() -> Self {
+        Policy::default()
+    }
+
+    /// Header carrying the key (`header`, case-insensitive).
+    ///
+    /// ```
+    /// let p = idem_runtime::server::Policy::new().header("X-Idempotency-Key");
+    /// ```
+    pub fn header(mut self, name: &str) -> Self {
+        self.header = name.to_ascii_lowercase();
+        self
+    }
+
+    /// Longest accepted key in bytes (`key-max-length`).
+    ///
+    /// ```
+    /// let p = idem_runtime::server::Policy::new().key_max_length(64);
+    /// ```
+    pub fn key_max_length(mut self, max: usize) -> Self {
+        self.key_max_length = max;
+        self
+    }
+
+    /// Whether a key is required (`key: required | optional`).
+    ///
+    /// ```
+    /// use idem_runtime::server::{KeyRequirement, Policy};
+    /// let p = Policy::new().key(KeyRequirement::Optional);
+    /// ```
+    pub fn key(mut self, requirement: KeyRequirement) -> Self {
+        self.key = requirement;
+        self
+    }
+
+    /// How long a retry replays the stored outcome (`replay-window`); after it a
+    /// reused key is a new request.
+    ///
+    /// ```
+    /// let p = idem_runtime::server::Policy::new().replay_window(std::time::Duration::from_secs(7 * 86_400));
+    /// ```
+    pub fn replay_window(mut self, window: std::time::Duration) -> Self {
+        self.replay_window = window;
+        self
+    }
+
+    /// How long records are kept for recovery before the reaper deletes them
+    /// (`reaper-after`, at least the replay window).
+    ///
+    /// ```
+    /// let p = idem_runtime::server::Policy::new().reaper_after(std::time::Duration::from_secs(3 * 86_400));
+    /// ```
+    pub fn reaper_after(mut self, after: Duration) -> Self {
+        self.reaper_after = after;
+        self
+    }
+
+    /// Replay stored failures or re-attempt them (`failure-replay`).
+    ///
+    /// ```
+    /// use idem_runtime::server::{FailureReplay, Policy};
+    /// let p = Policy::new().failure_replay(FailureReplay::Reattempt);
+    /// ```
+    pub fn failure_replay(mut self, mode: FailureReplay) -> Self {
+        self.failure_replay = mode;
+        self
+    }
+
+    /// What a duplicate gets while the first request runs (`in-flight`).
+    ///
+    /// ```
+    /// use idem_runtime::server::{InFlight, Policy};
+    /// let p = Policy::new().in_flight(InFlight::Wait(std::time::Duration::from_secs(5)));
+    /// ```
+    pub fn in_flight(mut self, policy: InFlight) -> Self {
+        self.in_flight = policy;
+        self
+    }
+
+    /// After this, an in-flight key whose holder stopped refreshing its lock may
+    /// be taken over (`lock-timeout`). Keep it above the longest foreign call.
+    ///
+    /// ```
+    /// let p = idem_runtime::server::Policy::new().lock_timeout(std::time::Duration::from_secs(30));
+    /// ```
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    /// Status for a payload mismatch: 409 (default) or 422.
+    ///
+    /// ```
+    /// use idem_runtime::server::{MismatchStatus, Policy};
+    /// let p = Policy::new().mismatch_status(MismatchStatus::UnprocessableEntity);
+    /// ```
+    pub fn mismatch_status(mut self, status: MismatchStatus) -> Self {
+        self.mismatch = status;
+        self
+    }
+
+    /// Largest request body read (`413` beyond it).
+    ///
+    /// ```
+    /// let p = idem_runtime::server::Policy::new().max_request_body(64 * 1024);
+    /// ```
+    pub fn max_request_body(mut self, bytes: usize) -> Self {
+        self.max_request_body = bytes;
+        self
+    }
+
+    /// Largest response stored for replay; a larger one rolls its effect back
+    /// and answers `500 response_too_large`, since it could not be replayed.
+    ///
+    /// ```
+    /// let p = idem_runtime::server::Policy::new().max_response_body(256 * 1024);
+    /// ```
+    pub fn max_response_body(mut self, bytes: usize) -> Self {
+        self.max_response_body = bytes;
+        self
+    }
+
+    /// Adds a response header to store and replay (besides `Content-Type`,
+    /// `Location`, `ETag` and the other defaults). `Set-Cookie` is refused.
+    ///
+    /// ```
+    /// let p = idem_runtime::server::Policy::new().replay_header("X-Request-Cost");
+    /// ```
+    pub fn replay_header(mut self, name: &str) -> Self {
+        self.replay_headers.push(name.to_ascii_lowercase());
+        self
+    }
+
+    /// `Retry-After` sent when the store is unreachable.
+    ///
+    /// ```
+    /// let p = idem_runtime::server::Policy::new().store_retry_after(std::time::Duration::from_secs(5));
+    /// ```
+    pub fn store_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = after;
+        self
+    }
+
+    /// The configured replay window.
+    pub fn replay_window_duration(&self) -> Duration {
+        self.replay_window
+    }
+
+    pub(crate) fn validate(&self) -> Result<Validated, ConfigError> {
+        if self.reaper_after < self.replay_window {
+            return Err(ConfigError::ReaperBeforeReplayWindow {
+                reaper_after: self.reaper_after,
+                replay_window: self.replay_window,
+            });
+        }
+        if self.key_max_length == 0 {
+            return Err(ConfigError::ZeroKeyLength);
+        }
+        let header = HeaderName::from_bytes(self.header.as_bytes()).map_err(|_| {
+            ConfigError::InvalidHeader {
+                name: self.header.clone(),
+            }
+        })?;
+        let mut replay_headers = Vec::with_capacity(self.replay_headers.len());
+        for name in &self.replay_headers {
+            let parsed = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| ConfigError::InvalidHeader { name: name.clone() })?;
+            if parsed == header::SET_COOKIE {
+                return Err(ConfigError::UnreplayableHeader { name: name.clone() });
+            }
+            replay_headers.push(parsed);
+        }
+        Ok(Validated {
+            header,
+            replay_headers,
+        })
+    }
+}
+
+pub(crate) struct Validated {
+    pub(crate) header: HeaderName,
+    pub(crate) replay_headers: Vec<HeaderName>,
+}

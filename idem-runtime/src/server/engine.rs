@@ -1,0 +1,481 @@
+//! The protocol itself: prepare a request, claim its key, branch on the
+//! existing record, and complete it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderName, Method, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use sqlx::Transaction;
+
+use super::clock::{ms, now_ms};
+use super::config::{FailureReplay, InFlight, KeyRequirement, Policy};
+use super::error::{ConfigError, IdempotencyError, StoreError};
+use super::key::{fingerprint, read_key};
+use super::phased::Operation;
+use super::response::StoredResponse;
+use super::scope::{GlobalScope, ScopeExtractor};
+use super::store::{Backend, KeyRecord, KeyState, NewClaim, Store, StoredRequest};
+
+/// The idempotency-key protocol over one store: cheap to clone, shared by the
+/// layer, phased handlers and background jobs.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use idem_runtime::server::{HeaderScope, Idempotency, Policy, Store};
+/// let store = Store::open_sqlite("sqlite::memory:").await?;
+/// store.migrate().await?;
+/// let idem = Idempotency::builder(store)
+///     .policy(Policy::new())
+///     .scope(HeaderScope::new("x-account-id"))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+pub struct Idempotency<DB: Backend> {
+    pub(crate) inner: Arc<Inner<DB>>,
+}
+
+impl<DB: Backend> Clone for Idempotency<DB> {
+    fn clone(&self) -> Self {
+        Idempotency {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<DB: Backend> std::fmt::Debug for Idempotency<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Idempotency")
+            .field("policy", &self.inner.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Inner<DB: Backend> {
+    pub(crate) store: Store<DB>,
+    pub(crate) policy: Policy,
+    pub(crate) header: HeaderName,
+    pub(crate) replay_headers: Vec<HeaderName>,
+    scope: Box<dyn ScopeExtractor>,
+    pub(crate) operations: RwLock<HashMap<String, Arc<dyn Operation<DB>>>>,
+}
+
+/// Builds an [`Idempotency`]; a scope source is mandatory.
+pub struct IdempotencyBuilder<DB: Backend> {
+    store: Store<DB>,
+    policy: Policy,
+    scope: Option<Box<dyn ScopeExtractor>>,
+}
+
+impl<DB: Backend> std::fmt::Debug for IdempotencyBuilder<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyBuilder")
+            .field("policy", &self.policy)
+            .field("scope_configured", &self.scope.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<DB: Backend> IdempotencyBuilder<DB> {
+    /// Sets the policy (defaults to [`Policy::new`]).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Sets where the scope comes from: the authenticated caller.
+    pub fn scope(mut self, extractor: impl ScopeExtractor) -> Self {
+        self.scope = Some(Box::new(extractor));
+        self
+    }
+
+    /// Opts in to one scope for every caller: any caller who guesses another's
+    /// key receives that caller's stored response. Only for single-tenant
+    /// services; the audit's `global-key-scope` rule flags it in a spec.
+    pub fn global_scope_shared_by_all_callers(mut self) -> Self {
+        tracing::warn!(
+            "idempotency keys are scoped globally: callers can collide and read each other's responses"
+        );
+        self.scope = Some(Box::new(GlobalScope));
+        self
+    }
+
+    /// Checks the configuration.
+    pub fn build(self) -> Result<Idempotency<DB>, ConfigError> {
+        let scope = self.scope.ok_or(ConfigError::MissingScope)?;
+        let validated = self.policy.validate()?;
+        Ok(Idempotency {
+            inner: Arc::new(Inner {
+                store: self.store,
+                policy: self.policy,
+                header: validated.header,
+                replay_headers: validated.replay_headers,
+                scope,
+                operations: RwLock::new(HashMap::new()),
+            }),
+        })
+    }
+}
+
+/// A request read, validated and fingerprinted.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub(crate) scope: String,
+    pub(crate) key: Option<String>,
+    pub(crate) fingerprint: String,
+    pub(crate) request: StoredRequest,
+    pub(crate) body: Bytes,
+}
+
+/// How a claim attempt ended.
+pub(crate) enum Claim<DB: Backend> {
+    /// This caller owns the key; `tx` holds the uncommitted claim.
+    Won {
+        tx: Transaction<'static, DB>,
+        generation: i64,
+        /// `Some` when an abandoned in-flight record was taken over.
+        resumed: Option<KeyRecord>,
+    },
+    /// The outcome is stored: replay it.
+    Replay(StoredResponse),
+    /// Someone else holds the key right now.
+    InFlight,
+}
+
+fn unavailable(policy: &Policy) -> impl Fn(StoreError) -> IdempotencyError + '_ {
+    move |source| IdempotencyError::StoreUnavailable {
+        source,
+        retry_after: policy.retry_after,
+    }
+}
+
+impl<DB: Backend> Idempotency<DB> {
+    /// Starts a builder over `store`.
+    pub fn builder(store: Store<DB>) -> IdempotencyBuilder<DB> {
+        IdempotencyBuilder {
+            store,
+            policy: Policy::default(),
+            scope: None,
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store<DB> {
+        &self.inner.store
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    pub(crate) fn store_error(&self, source: StoreError) -> IdempotencyError {
+        unavailable(&self.inner.policy)(source)
+    }
+
+    /// Validates the key, derives the scope, reads the body under its cap and
+    /// fingerprints the request.
+    pub(crate) async fn prepare(
+        &self,
+        parts: &Parts,
+        body: Body,
+    ) -> Result<Prepared, IdempotencyError> {
+        let policy = &self.inner.policy;
+        let header = &self.inner.header;
+        let key = read_key(&parts.headers, header, policy.key_max_length).map_err(|problem| {
+            IdempotencyError::InvalidKey {
+                header: header.to_string(),
+                problem,
+            }
+        })?;
+        let scope = self
+            .inner
+            .scope
+            .scope(parts)
+            .map_err(|r| IdempotencyError::ScopeRejected {
+                status: r.status,
+                message: r.message,
+            })?;
+        let limit = policy.max_request_body;
+        let declared_too_large = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|len| len > limit as u64);
+        if declared_too_large {
+            return Err(IdempotencyError::BodyTooLarge { limit });
+        }
+        let body = match Limited::new(body, limit).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(IdempotencyError::BodyTooLarge { limit });
+            }
+            Err(_) => return Err(IdempotencyError::BodyUnreadable),
+        };
+        let is_json = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| {
+                let essence = ct.split(';').next().unwrap_or("").trim();
+                essence.eq_ignore_ascii_case("application/json") || essence.ends_with("+json")
+            });
+        let path = parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned());
+        let fingerprint = fingerprint(&parts.method, &path, is_json, &body);
+        Ok(Prepared {
+            scope,
+            key,
+            fingerprint,
+            request: StoredRequest {
+                method: parts.method.to_string(),
+                path,
+                body: Vec::new(),
+            },
+            body,
+        })
+    }
+
+    pub(crate) fn key_required(&self) -> bool {
+        self.inner.policy.key == KeyRequirement::Required
+    }
+
+    /// One claim attempt: the atomic insert, and on conflict a read of the
+    /// record it lost to and a branch on its state.
+    ///
+    /// `resumable` names the phased operation allowed to take over an
+    /// abandoned in-flight record of its own.
+    pub(crate) async fn claim_once(
+        &self,
+        prepared: &Prepared,
+        key: &str,
+        resumable: Option<&str>,
+    ) -> Result<Claim<DB>, IdempotencyError> {
+        let policy = &self.inner.policy;
+        let err = unavailable(policy);
+        // A phased operation keeps its request so the completer can finish it
+        // without the client.
+        let request = resumable.map(|_| StoredRequest {
+            method: prepared.request.method.clone(),
+            path: prepared.request.path.clone(),
+            body: prepared.body.to_vec(),
+        });
+        for _ in 0..3 {
+            let now = now_ms();
+            let claim = NewClaim {
+                scope: &prepared.scope,
+                key,
+                fingerprint: &prepared.fingerprint,
+                operation: resumable,
+                request: request.as_ref(),
+                now,
+            };
+            let mut tx = self
+                .inner
+                .store
+                .pool()
+                .begin()
+                .await
+                .map_err(|e| err(e.into()))?;
+            if let Some(generation) = DB::claim(&mut tx, &claim).await.map_err(&err)? {
+                return Ok(Claim::Won {
+                    tx,
+                    generation,
+                    resumed: None,
+                });
+            }
+            let Some(record) = DB::load(&mut tx, &prepared.scope, key)
+                .await
+                .map_err(&err)?
+            else {
+                // Deleted by the reaper between the two statements: claim again.
+                continue;
+            };
+            let lock_cutoff = now.saturating_sub(ms(policy.lock_timeout));
+            let expired = record.created_at < now.saturating_sub(ms(policy.replay_window));
+            if expired {
+                // After the replay window the key names a new request. The
+                // conditional UPDATE is the arbiter; a concurrent caller that
+                // re-claims first makes it match nothing, and we look again.
+                let cutoff = now.saturating_sub(ms(policy.replay_window));
+                if let Some(generation) = DB::reclaim_expired(&mut tx, &claim, cutoff, lock_cutoff)
+                    .await
+                    .map_err(&err)?
+                {
+                    DB::delete_steps(&mut tx, &prepared.scope, key)
+                        .await
+                        .map_err(&err)?;
+                    return Ok(Claim::Won {
+                        tx,
+                        generation,
+                        resumed: None,
+                    });
+                }
+                if record.state == KeyState::Complete {
+                    drop(tx);
+                    continue;
+                }
+            }
+            if record.fingerprint != prepared.fingerprint {
+                return Err(IdempotencyError::KeyReused {
+                    status: policy.mismatch.status(),
+                });
+            }
+            match record.state {
+                KeyState::Complete => {
+                    return match record.response {
+                        Some(response) => Ok(Claim::Replay(response)),
+                        None => Err(err(StoreError::Corrupt {
+                            what: "complete record without response",
+                            value: key.to_owned(),
+                        })),
+                    };
+                }
+                KeyState::InFlight => {
+                    let stale = record.locked_at.is_none_or(|at| at < lock_cutoff);
+                    let ours = resumable.is_some() && record.operation.as_deref() == resumable;
+                    if stale && ours {
+                        if let Some(generation) =
+                            DB::take_over(&mut tx, &prepared.scope, key, lock_cutoff, now)
+                                .await
+                                .map_err(&err)?
+                        {
+                            tracing::info!(
+                                scope = %prepared.scope,
+                                key,
+                                recovery_point = %record.recovery_point,
+                                "took over an abandoned request"
+                            );
+                            return Ok(Claim::Won {
+                                tx,
+                                generation,
+                                resumed: Some(record),
+                            });
+                        }
+                    }
+                    return Ok(Claim::InFlight);
+                }
+            }
+        }
+        Ok(Claim::InFlight)
+    }
+
+    /// Claims, applying the in-flight policy when the key is busy. `Ok(Err(response))`
+    /// is a finished answer (replay, 202); `Err` a protocol error.
+    pub(crate) async fn claim(
+        &self,
+        prepared: &Prepared,
+        key: &str,
+        resumable: Option<&str>,
+    ) -> Result<
+        Result<(Transaction<'static, DB>, i64, Option<KeyRecord>), Response>,
+        IdempotencyError,
+    > {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match self.claim_once(prepared, key, resumable).await? {
+                Claim::Won {
+                    tx,
+                    generation,
+                    resumed,
+                } => return Ok(Ok((tx, generation, resumed))),
+                Claim::Replay(stored) => return Ok(Err(stored.replay())),
+                Claim::InFlight => match self.inner.policy.in_flight {
+                    InFlight::Conflict => return Err(IdempotencyError::KeyInUse),
+                    InFlight::Accepted => return Ok(Err(accepted_response())),
+                    InFlight::Wait(bound) => {
+                        if started.elapsed() + pause > bound {
+                            return Err(IdempotencyError::KeyInUse);
+                        }
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_millis(500));
+                    }
+                },
+            }
+        }
+    }
+
+    /// Stores `response` (status, allow-listed headers, body under the cap) in
+    /// `tx` and commits: the key turns complete together with whatever the
+    /// handler wrote in the same transaction. Returns what to send.
+    pub(crate) async fn finish(
+        &self,
+        mut tx: Transaction<'static, DB>,
+        scope: &str,
+        key: &str,
+        generation: i64,
+        response: Response,
+    ) -> Response {
+        let policy = &self.inner.policy;
+        let (parts, body) = response.into_parts();
+        if policy.failure_replay == FailureReplay::Reattempt && parts.status.is_server_error() {
+            // Roll back: neither the effect nor the claim survives, so a retry
+            // runs again from nothing.
+            drop(tx);
+            return Response::from_parts(parts, body);
+        }
+        let limit = policy.max_response_body;
+        let bytes = match Limited::new(body, limit).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(_) => return IdempotencyError::ResponseTooLarge { limit }.into_response(),
+        };
+        let stored = StoredResponse::capture(
+            parts.status,
+            &parts.headers,
+            &self.inner.replay_headers,
+            bytes,
+        );
+        match DB::complete(&mut tx, scope, key, generation, &stored, now_ms()).await {
+            Ok(true) => {}
+            Ok(false) => return IdempotencyError::LockLost.into_response(),
+            Err(e) => return self.store_error(e).into_response(),
+        }
+        if let Err(e) = tx.commit().await {
+            return self.store_error(e.into()).into_response();
+        }
+        Response::from_parts(parts, Body::from(stored.body))
+    }
+
+    /// Registers a phased operation so the completer can resume it by name.
+    pub(crate) fn register(&self, operation: Arc<dyn Operation<DB>>) {
+        if let Ok(mut ops) = self.inner.operations.write() {
+            ops.insert(operation.name().to_owned(), operation);
+        }
+    }
+
+    pub(crate) fn operation(&self, name: &str) -> Option<Arc<dyn Operation<DB>>> {
+        self.inner
+            .operations
+            .read()
+            .ok()
+            .and_then(|ops| ops.get(name).cloned())
+    }
+}
+
+fn accepted_response() -> Response {
+    super::error::error_response(
+        StatusCode::ACCEPTED,
+        "idempotency_key_in_flight",
+        "a request with this idempotency key is being processed; send the same request with \
+         the same key again to receive its outcome",
+        true,
+        Some(Duration::from_secs(1)),
+    )
+}
+
+/// Whether the protocol applies to `method` (safe methods pass through).
+pub(crate) fn is_unsafe(method: &Method) -> bool {
+    !matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+    )
+}

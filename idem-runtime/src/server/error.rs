@@ -1,0 +1,284 @@
+//! Errors of the server runtime, and how protocol errors look on the wire.
+
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+
+/// A failure of the key store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached or refused the statement.
+    #[error("key store error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// An embedded migration failed.
+    #[error("key store migration {version} failed: {source}")]
+    Migration {
+        /// Migration version.
+        version: i64,
+        /// What the database said.
+        source: sqlx::Error,
+    },
+    /// A stored value is not one this version wrote.
+    #[error("key store holds an unexpected {what}: {value:?}")]
+    Corrupt {
+        /// Which column.
+        what: &'static str,
+        /// The value found.
+        value: String,
+    },
+}
+
+/// A configuration that cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// No scope extractor was configured.
+    #[error(
+        "no scope extractor configured: keys must be unique per caller; call `.scope(...)` with \
+         an extractor of the authenticated caller, or opt in to one shared scope with \
+         `.global_scope_shared_by_all_callers()`"
+    )]
+    MissingScope,
+    /// The reaper would delete records still inside the replay window.
+    #[error("reaper-after ({reaper_after:?}) is shorter than replay-window ({replay_window:?})")]
+    ReaperBeforeReplayWindow {
+        /// Configured reaper-after.
+        reaper_after: Duration,
+        /// Configured replay-window.
+        replay_window: Duration,
+    },
+    /// `key-max-length` must be at least 1.
+    #[error("key-max-length must be at least 1")]
+    ZeroKeyLength,
+    /// The header name is not a valid HTTP header name.
+    #[error("invalid idempotency header name {name:?}")]
+    InvalidHeader {
+        /// The name given.
+        name: String,
+    },
+    /// `Set-Cookie` may never be stored and replayed to another request.
+    #[error("{name} cannot be replayed: it would hand one response's session to another")]
+    UnreplayableHeader {
+        /// The header name given.
+        name: String,
+    },
+}
+
+/// Why a key is malformed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyProblem {
+    /// The header is present but empty.
+    Empty,
+    /// Longer than `key-max-length`.
+    TooLong {
+        /// Length in bytes.
+        len: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// A byte outside visible ASCII (0x21–0x7E), at this index.
+    NotVisibleAscii {
+        /// Byte offset of the first offending byte.
+        position: usize,
+    },
+    /// The header appears more than once.
+    Repeated,
+}
+
+impl std::fmt::Display for KeyProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyProblem::Empty => f.write_str("is empty"),
+            KeyProblem::TooLong { len, max } => {
+                write!(f, "is {len} bytes long, over the limit of {max}")
+            }
+            KeyProblem::NotVisibleAscii { position } => write!(
+                f,
+                "has a character outside visible ASCII at byte {position}"
+            ),
+            KeyProblem::Repeated => f.write_str("is sent more than once"),
+        }
+    }
+}
+
+/// A request the protocol refuses or cannot serve; each renders as a JSON
+/// error body `{"code", "message", "retryable"}` with its own status.
+#[derive(Debug, thiserror::Error)]
+pub enum IdempotencyError {
+    /// The operation requires a key and none was sent.
+    #[error("this operation requires an idempotency key in the {header} header")]
+    MissingKey {
+        /// Header name.
+        header: String,
+    },
+    /// The key is malformed.
+    #[error("the {header} header {problem}")]
+    InvalidKey {
+        /// Header name.
+        header: String,
+        /// What is wrong with it.
+        problem: KeyProblem,
+    },
+    /// The caller could not be identified, so no scope exists for the key.
+    #[error("{message}")]
+    ScopeRejected {
+        /// Status to answer with (usually 401).
+        status: StatusCode,
+        /// Message for the caller.
+        message: String,
+    },
+    /// The request body exceeds the configured cap.
+    #[error("the request body exceeds the limit of {limit} bytes")]
+    BodyTooLarge {
+        /// The configured cap.
+        limit: usize,
+    },
+    /// The request body could not be read.
+    #[error("the request body could not be read")]
+    BodyUnreadable,
+    /// Another request with this key is still running.
+    #[error(
+        "a request with this idempotency key is still in progress; retry after it finishes \
+         with the same key and payload"
+    )]
+    KeyInUse,
+    /// The key was already used with a different request.
+    #[error(
+        "this idempotency key was already used with a different request; send the original \
+         request again, or use a new key for a new request"
+    )]
+    KeyReused {
+        /// 409 or 422, as configured.
+        status: StatusCode,
+    },
+    /// The response was too large to be stored, so the effect was rolled back.
+    #[error(
+        "the response exceeds the {limit}-byte limit for stored responses; nothing was applied"
+    )]
+    ResponseTooLarge {
+        /// The configured cap.
+        limit: usize,
+    },
+    /// Another worker took over the key while this one ran; its writes were refused.
+    #[error(
+        "this request lost its claim on the idempotency key to a takeover; retry to read the outcome"
+    )]
+    LockLost,
+    /// The key store is unreachable; nothing was executed.
+    #[error("the idempotency key store is unavailable; nothing was executed, retry later")]
+    StoreUnavailable {
+        /// The underlying failure.
+        #[source]
+        source: StoreError,
+        /// What to send in `Retry-After`.
+        retry_after: Duration,
+    },
+    /// A phased operation stopped between steps and will resume on retry.
+    #[error(
+        "the operation stopped at {recovery_point}: {message}; retry with the same key to resume"
+    )]
+    Incomplete {
+        /// Where it will resume.
+        recovery_point: String,
+        /// Why it stopped.
+        message: String,
+        /// What to send in `Retry-After`.
+        retry_after: Duration,
+    },
+    /// A handler's transaction was not returned to the layer.
+    #[error("the handler kept its transaction past the end of the request; nothing was applied")]
+    TransactionNotReturned,
+}
+
+impl IdempotencyError {
+    /// The machine-readable code in the error body.
+    pub fn code(&self) -> &'static str {
+        match self {
+            IdempotencyError::MissingKey { .. } => "idempotency_key_missing",
+            IdempotencyError::InvalidKey { .. } => "idempotency_key_invalid",
+            IdempotencyError::ScopeRejected { .. } => "caller_unidentified",
+            IdempotencyError::BodyTooLarge { .. } => "request_body_too_large",
+            IdempotencyError::BodyUnreadable => "request_body_unreadable",
+            IdempotencyError::KeyInUse => "idempotency_key_in_use",
+            IdempotencyError::KeyReused { .. } => "idempotency_key_reused",
+            IdempotencyError::ResponseTooLarge { .. } => "response_too_large",
+            IdempotencyError::LockLost => "idempotency_key_taken_over",
+            IdempotencyError::StoreUnavailable { .. } => "idempotency_store_unavailable",
+            IdempotencyError::Incomplete { .. } => "operation_incomplete",
+            IdempotencyError::TransactionNotReturned => "transaction_not_returned",
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            IdempotencyError::MissingKey { .. } | IdempotencyError::InvalidKey { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            IdempotencyError::ScopeRejected { status, .. } => *status,
+            IdempotencyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            IdempotencyError::BodyUnreadable => StatusCode::BAD_REQUEST,
+            IdempotencyError::KeyInUse | IdempotencyError::LockLost => StatusCode::CONFLICT,
+            IdempotencyError::KeyReused { status } => *status,
+            IdempotencyError::ResponseTooLarge { .. }
+            | IdempotencyError::TransactionNotReturned => StatusCode::INTERNAL_SERVER_ERROR,
+            IdempotencyError::StoreUnavailable { .. } | IdempotencyError::Incomplete { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+        }
+    }
+
+    /// Whether retrying the same request with the same key can succeed.
+    pub fn retryable(&self) -> bool {
+        matches!(
+            self,
+            IdempotencyError::KeyInUse
+                | IdempotencyError::LockLost
+                | IdempotencyError::StoreUnavailable { .. }
+                | IdempotencyError::Incomplete { .. }
+        )
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            IdempotencyError::StoreUnavailable { retry_after, .. }
+            | IdempotencyError::Incomplete { retry_after, .. } => Some(*retry_after),
+            IdempotencyError::KeyInUse | IdempotencyError::LockLost => Some(Duration::from_secs(1)),
+            _ => None,
+        }
+    }
+}
+
+/// Renders `{"code", "message", "retryable"}` with `status`.
+pub(crate) fn error_response(
+    status: StatusCode,
+    code: &str,
+    message: &str,
+    retryable: bool,
+    retry_after: Option<Duration>,
+) -> Response {
+    let body = serde_json::json!({ "code": code, "message": message, "retryable": retryable });
+    let mut response = (status, axum::Json(body)).into_response();
+    if let Some(after) = retry_after {
+        let secs = after.as_secs().max(1);
+        if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+    }
+    response
+}
+
+impl IntoResponse for IdempotencyError {
+    fn into_response(self) -> Response {
+        if let IdempotencyError::StoreUnavailable { source, .. } = &self {
+            tracing::error!(error = %source, "idempotency key store unavailable; failing closed");
+        }
+        error_response(
+            self.status(),
+            self.code(),
+            &self.to_string(),
+            self.retryable(),
+            self.retry_after(),
+        )
+    }
+}

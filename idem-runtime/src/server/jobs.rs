@@ -1,0 +1,110 @@
+//! The two background jobs: the completer pushes abandoned phased requests
+//! to completion; the reaper deletes records past `reaper-after` and reports
+//! what never finished.
+
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use super::clock::{ms, now_ms};
+use super::engine::Idempotency;
+use super::error::StoreError;
+use super::store::{Backend, KeyState, ReapedRecord};
+
+/// What one completer pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompleterReport {
+    /// Abandoned records found.
+    pub found: usize,
+    /// Records driven to a stored response.
+    pub completed: usize,
+    /// Records left in flight (taken by someone else, still failing, or of
+    /// an operation this process does not register).
+    pub left: usize,
+}
+
+/// What one reaper pass did.
+#[derive(Debug, Clone, Default)]
+pub struct ReaperReport {
+    /// Records deleted.
+    pub deleted: usize,
+    /// Deleted records that never completed; each was logged at `error`.
+    pub unfinished: Vec<ReapedRecord>,
+}
+
+impl<DB: Backend> Idempotency<DB> {
+    /// One completer pass: takes over up to `limit` in-flight phased records
+    /// whose lock is older than `lock-timeout` and resumes each at its
+    /// recovery point.
+    pub async fn complete_abandoned(&self, limit: usize) -> Result<CompleterReport, StoreError> {
+        let cutoff = now_ms().saturating_sub(ms(self.policy().lock_timeout));
+        let candidates = {
+            let mut conn = self.store().pool().acquire().await?;
+            DB::abandoned(&mut conn, cutoff, i64::try_from(limit).unwrap_or(i64::MAX)).await?
+        };
+        let mut report = CompleterReport {
+            found: candidates.len(),
+            ..CompleterReport::default()
+        };
+        for (scope, key) in candidates {
+            match self.resume_abandoned(&scope, &key).await {
+                Ok(true) => {
+                    tracing::info!(%scope, %key, "completer finished an abandoned request");
+                    report.completed += 1;
+                }
+                Ok(false) => report.left += 1,
+                Err(e) => {
+                    tracing::warn!(%scope, %key, error = %e, "completer could not resume a request");
+                    report.left += 1;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// One reaper pass: deletes every record claimed more than `reaper-after`
+    /// ago, and logs at `error` each one that never completed, for a human
+    /// to follow up.
+    pub async fn reap(&self) -> Result<ReaperReport, StoreError> {
+        let cutoff = now_ms().saturating_sub(ms(self.policy().reaper_after));
+        let mut tx = self.store().pool().begin().await?;
+        let deleted = DB::reap(&mut tx, cutoff).await?;
+        tx.commit().await?;
+        let mut report = ReaperReport {
+            deleted: deleted.len(),
+            unfinished: Vec::new(),
+        };
+        for record in deleted {
+            if record.state == KeyState::InFlight {
+                tracing::error!(
+                    scope = %record.scope,
+                    key = %record.key,
+                    operation = record.operation.as_deref().unwrap_or("-"),
+                    recovery_point = %record.recovery_point,
+                    "reaper deleted a request that never completed; its effects stop at this recovery point"
+                );
+                report.unfinished.push(record);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Runs the completer and the reaper every `every` until the handle is
+    /// aborted (or dropped with the runtime).
+    pub fn spawn_background_jobs(&self, every: Duration) -> JoinHandle<()> {
+        let idem = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = idem.complete_abandoned(100).await {
+                    tracing::warn!(error = %e, "completer pass failed");
+                }
+                if let Err(e) = idem.reap().await {
+                    tracing::warn!(error = %e, "reaper pass failed");
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,193 @@
+//! Key validation and request fingerprints.
+
+use http::{HeaderMap, HeaderName, Method};
+use sha2::{Digest, Sha256};
+
+use super::error::KeyProblem;
+
+/// Reads and validates the key header: `Ok(None)` when it is absent.
+pub(crate) fn read_key(
+    headers: &HeaderMap,
+    name: &HeaderName,
+    max_len: usize,
+) -> Result<Option<String>, KeyProblem> {
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(KeyProblem::Repeated);
+    }
+    let bytes = value.as_bytes();
+    if bytes.is_empty() {
+        return Err(KeyProblem::Empty);
+    }
+    if bytes.len() > max_len {
+        return Err(KeyProblem::TooLong {
+            len: bytes.len(),
+            max: max_len,
+        });
+    }
+    if let Some(position) = bytes.iter().position(|b| !(0x21..=0x7e).contains(b)) {
+        return Err(KeyProblem::NotVisibleAscii { position });
+    }
+    // Every byte is visible ASCII, so this is valid UTF-8.
+    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// SHA-256 over method, path (with query) and the canonical body, hex-encoded.
+///
+/// A JSON body is canonicalized (object keys sorted, insignificant whitespace
+/// dropped) so that a retry serialized by a different library still matches;
+/// any other body is hashed as raw bytes. Each part is length-prefixed so no
+/// two different requests can concatenate to the same input.
+pub(crate) fn fingerprint(method: &Method, path: &str, is_json: bool, body: &[u8]) -> String {
+    let canonical = if is_json {
+        serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .map(|value| {
+                let mut out = String::with_capacity(body.len());
+                canonical_json(&value, &mut out);
+                out.into_bytes()
+            })
+    } else {
+        None
+    };
+    let body = canonical.as_deref().unwrap_or(body);
+    let mut hasher = Sha256::new();
+    for part in [method.as_str().as_bytes(), path.as_bytes(), body] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part);
+    }
+    hex(&hasher.finalize())
+}
+
+fn canonical_json(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            // Sorted explicitly: serde_json's map keeps insertion order when
+            // any crate in the build enables `preserve_order`.
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical_json(v, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn headers(value: &[u8]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        map.insert("idempotency-key", HeaderValue::from_bytes(value).unwrap());
+        map
+    }
+
+    #[test]
+    fn read_key_accepts_visible_ascii_and_rejects_the_rest() {
+        let name = HeaderName::from_static("idempotency-key");
+        assert_eq!(
+            read_key(&headers(b"order-739"), &name, 255),
+            Ok(Some("order-739".into()))
+        );
+        assert_eq!(read_key(&HeaderMap::new(), &name, 255), Ok(None));
+        assert_eq!(read_key(&headers(b""), &name, 255), Err(KeyProblem::Empty));
+        assert_eq!(
+            read_key(&headers(b"a b"), &name, 255),
+            Err(KeyProblem::NotVisibleAscii { position: 1 })
+        );
+        assert_eq!(
+            read_key(&headers(b"caf\xc3\xa9"), &name, 255),
+            Err(KeyProblem::NotVisibleAscii { position: 3 })
+        );
+        assert_eq!(
+            read_key(&headers(&[b'k'; 256]), &name, 255),
+            Err(KeyProblem::TooLong { len: 256, max: 255 })
+        );
+    }
+
+    #[test]
+    fn fingerprint_ignores_json_key_order_and_whitespace() {
+        let a = fingerprint(
+            &Method::POST,
+            "/t",
+            true,
+            br#"{"a":1,"b":[1,{"y":2,"x":1}]}"#,
+        );
+        let b = fingerprint(
+            &Method::POST,
+            "/t",
+            true,
+            b"{ \"b\": [1, {\"x\":1,\"y\":2}], \"a\": 1 }",
+        );
+        assert_eq!(a, b);
+        assert_ne!(
+            a,
+            fingerprint(
+                &Method::POST,
+                "/t",
+                true,
+                br#"{"a":2,"b":[1,{"y":2,"x":1}]}"#
+            )
+        );
+        assert_ne!(
+            a,
+            fingerprint(
+                &Method::POST,
+                "/u",
+                true,
+                br#"{"a":1,"b":[1,{"y":2,"x":1}]}"#
+            )
+        );
+        assert_ne!(
+            a,
+            fingerprint(
+                &Method::PUT,
+                "/t",
+                true,
+                br#"{"a":1,"b":[1,{"y":2,"x":1}]}"#
+            )
+        );
+        assert_eq!(a.len(), 64);
+    }
+
+    #[test]
+    fn fingerprint_hashes_non_json_bodies_raw() {
+        let a = fingerprint(&Method::POST, "/t", false, b"{ \"a\": 1 }");
+        let b = fingerprint(&Method::POST, "/t", false, b"{\"a\":1}");
+        assert_ne!(a, b);
+    }
+}

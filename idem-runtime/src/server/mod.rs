@@ -1,0 +1,65 @@
+//! The idempotency-key protocol, server side.
+//!
+//! A keyed request is claimed with one atomic
+//! `INSERT … ON CONFLICT (scope, idem_key) DO NOTHING RETURNING`; the
+//! handler's writes and the key's move to *complete* (with the stored
+//! response) commit in one transaction; every retry inside the replay window
+//! gets the stored response back byte-for-byte with `Idempotent-Replayed: true`.
+//! A concurrent duplicate gets `409 idempotency_key_in_use` (or waits, or
+//! `202`); the same key with another payload gets `409 idempotency_key_reused`.
+//!
+//! - [`Store`]: SQLite (embedded default) or PostgreSQL, schema from embedded migrations.
+//! - [`Idempotency`]: the protocol, built with a [`Policy`] and a [`ScopeExtractor`].
+//! - [`IdempotencyLayer`] + [`IdemTx`]: single-phase axum handlers.
+//! - [`Operation`] + [`Run`]: phased operations around foreign calls, resumable.
+//! - [`Idempotency::complete_abandoned`], [`Idempotency::reap`],
+//!   [`Idempotency::spawn_background_jobs`]: the completer and the reaper.
+//!
+//! ```no_run
+//! use axum::{Router, routing::post};
+//! use idem_runtime::server::{HeaderScope, IdemTx, Idempotency, Store};
+//! use sqlx::Sqlite;
+//!
+//! async fn create_order(mut tx: IdemTx<Sqlite>, body: String) -> (http::StatusCode, String) {
+//!     let id: i64 = sqlx::query_scalar("INSERT INTO orders (body) VALUES ($1) RETURNING id")
+//!         .bind(body)
+//!         .fetch_one(&mut *tx)
+//!         .await
+//!         .unwrap_or(-1);
+//!     (http::StatusCode::CREATED, format!("{{\"id\":{id}}}"))
+//! }
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Store::open_sqlite("sqlite://app.db").await?;
+//! store.migrate().await?;
+//! let idem = Idempotency::builder(store).scope(HeaderScope::new("x-account-id")).build()?;
+//! let app: Router = Router::new()
+//!     .route("/orders", post(create_order))
+//!     .route_layer(idem.layer());
+//! # Ok(()) }
+//! ```
+
+mod clock;
+mod config;
+mod engine;
+mod error;
+mod jobs;
+mod key;
+mod layer;
+mod phased;
+mod response;
+mod scope;
+mod store;
+
+pub use config::{FailureReplay, InFlight, KeyRequirement, MismatchStatus, Policy};
+pub use engine::{Idempotency, IdempotencyBuilder};
+pub use error::{ConfigError, IdempotencyError, KeyProblem, StoreError};
+pub use jobs::{CompleterReport, ReaperReport};
+pub use layer::{IdemTx, IdempotencyKey, IdempotencyLayer, IdempotencyService};
+pub use phased::{ForeignCall, Operation, Run, StepError};
+pub use response::{IDEMPOTENT_REPLAYED, Reply, StoredResponse};
+pub use scope::{HeaderScope, ScopeExtractor, ScopeRejection};
+pub use store::{
+    Backend, BoxFuture, KeyRecord, KeyState, NewClaim, ReapedRecord, StepRecord, StepStatus, Store,
+    StoredRequest,
+};

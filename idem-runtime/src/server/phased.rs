@@ -1,0 +1,529 @@
+//! Operations that call foreign systems between local transactions.
+//!
+//! One transaction cannot roll back a card charge or an email, so such an
+//! operation runs as named steps. A *local* step's writes commit together
+//! with the step's recorded output and the key's recovery point. A *foreign*
+//! step first commits an intent (with the key it will pass on, `{key}:{step}`),
+//! then calls out, then commits its output as the new recovery point. The
+//! claim itself commits inside the first step's transaction.
+//!
+//! A retry, a takeover after `lock-timeout`, or the completer re-runs the
+//! operation from the top: finished steps return their recorded output
+//! without running, so no finished foreign call is ever repeated. A step
+//! found with only its intent was interrupted between calling out and
+//! recording the result; it runs again with the same derived key, which the
+//! foreign system uses to collapse the duplicate, and
+//! [`ForeignCall::reconciling`] tells the closure so.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::Transaction;
+
+use super::clock::now_ms;
+use super::config::FailureReplay;
+use super::engine::Idempotency;
+use super::error::{IdempotencyError, StoreError};
+use super::response::{Reply, StoredResponse};
+use super::store::{Backend, BoxFuture, KeyRecord, StepRecord, StepStatus};
+
+/// Why a step stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// A definitive answer (a declined card, a validation failure): stored and
+    /// replayed like a success.
+    #[error("operation answered {}", .0.status())]
+    Reply(Reply),
+    /// A transient failure (a provider timeout): nothing is stored, the lock
+    /// is released and a retry or the completer resumes at the recovery point.
+    #[error("{0}")]
+    Transient(String),
+    /// The key store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A recorded step output could not be (de)serialized.
+    #[error("step {step} output: {source}")]
+    Output {
+        /// Step name.
+        step: String,
+        /// The serde error.
+        source: serde_json::Error,
+    },
+    /// Another worker took over the key; this one must stop.
+    #[error("the key was taken over by another worker")]
+    LockLost,
+}
+
+impl From<sqlx::Error> for StepError {
+    fn from(e: sqlx::Error) -> Self {
+        StepError::Store(StoreError::Database(e))
+    }
+}
+
+/// What a foreign step's closure receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignCall {
+    /// The key to send to the foreign system: `{key}:{step}`, the same on
+    /// every attempt of this step.
+    pub derived_key: String,
+    /// `true` when an earlier attempt recorded its intent but not its result:
+    /// the foreign system may already have acted on `derived_key`.
+    pub reconciling: bool,
+}
+
+/// A multi-step operation the protocol can resume; registered by name so the
+/// completer can finish it without its client.
+///
+/// ```
+/// use idem_runtime::server::{BoxFuture, Operation, Reply, Run, StepError};
+/// use sqlx::Sqlite;
+///
+/// struct Checkout;
+/// impl Operation<Sqlite> for Checkout {
+///     fn name(&self) -> &'static str { "checkout" }
+///     fn run<'a>(&'a self, run: &'a mut Run<Sqlite>) -> BoxFuture<'a, Result<Reply, StepError>> {
+///         Box::pin(async move {
+///             let order: i64 = run.local("create_order", |tx| Box::pin(async move {
+///                 let id: i64 = sqlx::query_scalar("INSERT INTO orders DEFAULT VALUES RETURNING id")
+///                     .fetch_one(&mut *tx).await?;
+///                 Ok(id)
+///             })).await?;
+///             let charge: String = run.foreign("charge_card", |call| async move {
+///                 // provider.charge(&call.derived_key, …)
+///                 Ok(format!("ch_{}", call.derived_key))
+///             }).await?;
+///             Ok(Reply::json(http::StatusCode::CREATED,
+///                 &serde_json::json!({"order": order, "charge": charge})))
+///         })
+///     }
+/// }
+/// ```
+pub trait Operation<DB: Backend>: Send + Sync + 'static {
+    /// Stable name, stored with each key (renaming strands in-flight records).
+    fn name(&self) -> &'static str;
+
+    /// Runs (or resumes) the operation. Must be deterministic in its step
+    /// names given the request.
+    fn run<'a>(&'a self, run: &'a mut Run<DB>) -> BoxFuture<'a, Result<Reply, StepError>>;
+}
+
+/// The running state of one phased request: its key, request and recorded steps.
+pub struct Run<DB: Backend> {
+    idem: Idempotency<DB>,
+    scope: String,
+    key: String,
+    generation: i64,
+    method: String,
+    path: String,
+    body: Bytes,
+    steps: HashMap<String, StepRecord>,
+    /// The claim (or takeover), not yet committed: the first step commits it.
+    pending: Option<Transaction<'static, DB>>,
+    recovery_point: String,
+}
+
+impl<DB: Backend> std::fmt::Debug for Run<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("scope", &self.scope)
+            .field("key", &self.key)
+            .field("recovery_point", &self.recovery_point)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<DB: Backend> Run<DB> {
+    /// The idempotency key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The caller's scope.
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// Request method.
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// Request path and query.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Raw request body.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The body parsed as JSON; a malformed body is a definitive `400`.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, StepError> {
+        serde_json::from_slice(&self.body).map_err(|e| {
+            StepError::Reply(Reply::json(
+                http::StatusCode::BAD_REQUEST,
+                &serde_json::json!({"code": "invalid_body", "message": e.to_string(), "retryable": false}),
+            ))
+        })
+    }
+
+    /// The last recovery point reached (`started` for a fresh request).
+    pub fn recovery_point(&self) -> &str {
+        &self.recovery_point
+    }
+
+    async fn begin(&mut self) -> Result<Transaction<'static, DB>, StepError> {
+        match self.pending.take() {
+            Some(tx) => Ok(tx),
+            None => Ok(self.idem.store().pool().begin().await?),
+        }
+    }
+
+    fn recorded<T: DeserializeOwned>(&self, step: &str) -> Result<Option<T>, StepError> {
+        match self.steps.get(step) {
+            Some(StepRecord {
+                status: StepStatus::Done,
+                output,
+                ..
+            }) => serde_json::from_str(output.as_deref().unwrap_or("null"))
+                .map(Some)
+                .map_err(|source| StepError::Output {
+                    step: step.to_owned(),
+                    source,
+                }),
+            _ => Ok(None),
+        }
+    }
+
+    /// Records `step` done with `output` and moves the recovery point, in `tx`,
+    /// then commits.
+    async fn commit_step<T: Serialize>(
+        &mut self,
+        mut tx: Transaction<'static, DB>,
+        step: &str,
+        derived_key: Option<String>,
+        output: &T,
+    ) -> Result<(), StepError> {
+        let output = serde_json::to_string(output).map_err(|source| StepError::Output {
+            step: step.to_owned(),
+            source,
+        })?;
+        let now = now_ms();
+        if !DB::advance(&mut tx, &self.scope, &self.key, self.generation, step, now).await? {
+            return Err(StepError::LockLost);
+        }
+        let record = StepRecord {
+            step: step.to_owned(),
+            status: StepStatus::Done,
+            derived_key,
+            output: Some(output),
+        };
+        DB::record_step(&mut tx, &self.scope, &self.key, &record, now).await?;
+        tx.commit().await?;
+        self.recovery_point = step.to_owned();
+        self.steps.insert(step.to_owned(), record);
+        Ok(())
+    }
+
+    /// A local step: `f`'s writes commit with the step's output and the new
+    /// recovery point. Once done, later runs get the recorded output back.
+    pub async fn local<T, F>(&mut self, step: &str, f: F) -> Result<T, StepError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: for<'t> FnOnce(&'t mut DB::Connection) -> BoxFuture<'t, Result<T, StepError>>,
+    {
+        if let Some(done) = self.recorded(step)? {
+            return Ok(done);
+        }
+        let mut tx = self.begin().await?;
+        let output = f(&mut tx).await?;
+        self.commit_step(tx, step, None, &output).await?;
+        Ok(output)
+    }
+
+    /// A foreign step: commits an intent, calls `f` with the derived key, then
+    /// commits the output as the new recovery point. Once done it never runs
+    /// again.
+    pub async fn foreign<T, F, Fut>(&mut self, step: &str, f: F) -> Result<T, StepError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce(ForeignCall) -> Fut,
+        Fut: Future<Output = Result<T, StepError>>,
+    {
+        if let Some(done) = self.recorded(step)? {
+            return Ok(done);
+        }
+        let derived_key = format!("{}:{}", self.key, step);
+        let reconciling = matches!(
+            self.steps.get(step),
+            Some(StepRecord {
+                status: StepStatus::Intent,
+                ..
+            })
+        );
+        if reconciling {
+            tracing::warn!(
+                scope = %self.scope,
+                key = %self.key,
+                step,
+                "an earlier attempt recorded its intent but not its result; calling again with the same derived key"
+            );
+            // Committing the takeover, if one is pending, before calling out.
+            if let Some(tx) = self.pending.take() {
+                tx.commit().await?;
+            }
+        } else {
+            let mut tx = self.begin().await?;
+            let now = now_ms();
+            let point = format!("{step}:intent");
+            if !DB::advance(
+                &mut tx,
+                &self.scope,
+                &self.key,
+                self.generation,
+                &point,
+                now,
+            )
+            .await?
+            {
+                return Err(StepError::LockLost);
+            }
+            let record = StepRecord {
+                step: step.to_owned(),
+                status: StepStatus::Intent,
+                derived_key: Some(derived_key.clone()),
+                output: None,
+            };
+            DB::record_step(&mut tx, &self.scope, &self.key, &record, now).await?;
+            tx.commit().await?;
+            self.steps.insert(step.to_owned(), record);
+        }
+        let output = f(ForeignCall {
+            derived_key: derived_key.clone(),
+            reconciling,
+        })
+        .await?;
+        let tx = self.begin().await?;
+        self.commit_step(tx, step, Some(derived_key), &output)
+            .await?;
+        Ok(output)
+    }
+}
+
+impl<DB: Backend> Idempotency<DB> {
+    /// An axum handler running `operation` under the key protocol, and its
+    /// registration with the completer. A key is always required here.
+    ///
+    /// ```no_run
+    /// # use idem_runtime::server::*;
+    /// # fn demo(idem: Idempotency<sqlx::Sqlite>, op: impl Operation<sqlx::Sqlite>) {
+    /// let app: axum::Router = axum::Router::new()
+    ///     .route("/checkout", axum::routing::post(idem.phased(op)));
+    /// # }
+    /// ```
+    pub fn phased<O: Operation<DB>>(
+        &self,
+        operation: O,
+    ) -> impl Fn(Request) -> BoxFuture<'static, Response> + Clone + Send + Sync + 'static {
+        let operation: Arc<dyn Operation<DB>> = Arc::new(operation);
+        self.register(Arc::clone(&operation));
+        let idem = self.clone();
+        move |request: Request| {
+            let idem = idem.clone();
+            let operation = Arc::clone(&operation);
+            Box::pin(async move { idem.serve_phased(operation, request).await })
+        }
+    }
+
+    async fn serve_phased(&self, operation: Arc<dyn Operation<DB>>, request: Request) -> Response {
+        let (parts, body) = request.into_parts();
+        let prepared = match self.prepare(&parts, body).await {
+            Ok(p) => p,
+            Err(e) => return e.into_response(),
+        };
+        let Some(key) = prepared.key.clone() else {
+            return IdempotencyError::MissingKey {
+                header: self.inner.header.to_string(),
+            }
+            .into_response();
+        };
+        let (tx, generation, resumed) =
+            match self.claim(&prepared, &key, Some(operation.name())).await {
+                Ok(Ok(won)) => won,
+                Ok(Err(answer)) => return answer,
+                Err(e) => return e.into_response(),
+            };
+        let run = Run {
+            idem: self.clone(),
+            scope: prepared.scope,
+            key,
+            generation,
+            method: prepared.request.method,
+            path: prepared.request.path,
+            body: prepared.body,
+            steps: HashMap::new(),
+            pending: Some(tx),
+            recovery_point: "started".to_owned(),
+        };
+        self.drive(operation, run, resumed).await.0
+    }
+
+    /// Runs (or resumes) `run` to an answer, storing it when definitive;
+    /// the flag says whether the record is now complete.
+    pub(crate) async fn drive(
+        &self,
+        operation: Arc<dyn Operation<DB>>,
+        mut run: Run<DB>,
+        resumed: Option<KeyRecord>,
+    ) -> (Response, bool) {
+        if let Some(record) = resumed {
+            run.recovery_point = record.recovery_point;
+            let steps = match run.pending.as_mut() {
+                Some(tx) => DB::load_steps(tx, &run.scope, &run.key).await,
+                None => Ok(Vec::new()),
+            };
+            match steps {
+                Ok(steps) => {
+                    run.steps = steps.into_iter().map(|s| (s.step.clone(), s)).collect();
+                }
+                Err(e) => return (self.store_error(e).into_response(), false),
+            }
+        }
+        let outcome = operation.run(&mut run).await;
+        let reply = match outcome {
+            Ok(reply) => reply,
+            Err(StepError::Reply(reply)) => reply,
+            Err(StepError::LockLost) => return (IdempotencyError::LockLost.into_response(), false),
+            Err(StepError::Store(e)) => {
+                self.release(&mut run).await;
+                return (self.store_error(e).into_response(), false);
+            }
+            Err(e @ (StepError::Transient(_) | StepError::Output { .. })) => {
+                self.release(&mut run).await;
+                let error = IdempotencyError::Incomplete {
+                    recovery_point: run.recovery_point.clone(),
+                    message: e.to_string(),
+                    retry_after: self.policy().retry_after,
+                };
+                return (error.into_response(), false);
+            }
+        };
+        if self.policy().failure_replay == FailureReplay::Reattempt
+            && reply.status().is_server_error()
+        {
+            self.release(&mut run).await;
+            return (reply.into_response(), false);
+        }
+        let (status, headers, body) = reply.into_parts();
+        if body.len() > self.policy().max_response_body {
+            self.release(&mut run).await;
+            let error = IdempotencyError::ResponseTooLarge {
+                limit: self.policy().max_response_body,
+            };
+            return (error.into_response(), false);
+        }
+        let stored = StoredResponse::capture(status, &headers, &self.inner.replay_headers, body);
+        let result: Result<bool, StoreError> = async {
+            let mut tx = match run.pending.take() {
+                Some(tx) => tx,
+                None => self.store().pool().begin().await?,
+            };
+            if !DB::complete(
+                &mut tx,
+                &run.scope,
+                &run.key,
+                run.generation,
+                &stored,
+                now_ms(),
+            )
+            .await?
+            {
+                return Ok(false);
+            }
+            tx.commit().await?;
+            Ok(true)
+        }
+        .await;
+        match result {
+            Ok(true) => {
+                let mut response = stored.to_response();
+                // Headers outside the allow-list still go to the first caller.
+                for (name, value) in &headers {
+                    if !response.headers().contains_key(name) {
+                        response.headers_mut().append(name.clone(), value.clone());
+                    }
+                }
+                (response, true)
+            }
+            Ok(false) => (IdempotencyError::LockLost.into_response(), false),
+            Err(e) => (self.store_error(e).into_response(), false),
+        }
+    }
+
+    /// Lets go of the lock so a retry can resume at once. An uncommitted claim
+    /// is simply rolled back: nothing of the request remains.
+    async fn release(&self, run: &mut Run<DB>) {
+        if run.pending.take().is_some() {
+            return;
+        }
+        let released: Result<(), StoreError> = async {
+            let mut tx = self.store().pool().begin().await?;
+            DB::release(&mut tx, &run.scope, &run.key, run.generation).await?;
+            tx.commit().await?;
+            Ok(())
+        }
+        .await;
+        if let Err(e) = released {
+            tracing::warn!(error = %e, key = %run.key, "could not release the lock; it expires after lock-timeout");
+        }
+    }
+
+    /// Resumes one abandoned record (the completer's unit of work). Returns
+    /// `Ok(false)` when someone else holds or finished it.
+    pub(crate) async fn resume_abandoned(
+        &self,
+        scope: &str,
+        key: &str,
+    ) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let cutoff = now.saturating_sub(super::clock::ms(self.policy().lock_timeout));
+        let mut tx = self.store().pool().begin().await?;
+        let Some(generation) = DB::take_over(&mut tx, scope, key, cutoff, now).await? else {
+            return Ok(false);
+        };
+        let Some(record) = DB::load(&mut tx, scope, key).await? else {
+            return Ok(false);
+        };
+        let Some(name) = record.operation.clone() else {
+            return Ok(false);
+        };
+        let Some(operation) = self.operation(&name) else {
+            tracing::warn!(scope, key, operation = %name, "abandoned request of an operation this process does not register");
+            return Ok(false);
+        };
+        let Some(request) = record.request.clone() else {
+            return Ok(false);
+        };
+        let run = Run {
+            idem: self.clone(),
+            scope: scope.to_owned(),
+            key: key.to_owned(),
+            generation,
+            method: request.method,
+            path: request.path,
+            body: Bytes::from(request.body),
+            steps: HashMap::new(),
+            pending: Some(tx),
+            recovery_point: record.recovery_point.clone(),
+        };
+        let (_, completed) = self.drive(operation, run, Some(record)).await;
+        Ok(completed)
+    }
+}

@@ -1,0 +1,170 @@
+//! Stored responses and their byte-for-byte replay.
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+
+use super::error::StoreError;
+
+/// Header set on every replayed response.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// A response as stored with its key: status, the allow-listed headers and
+/// the exact body bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// HTTP status code.
+    pub status: u16,
+    /// Allow-listed headers, lowercase names, in response order.
+    pub headers: Vec<(String, String)>,
+    /// Body bytes.
+    pub body: Bytes,
+}
+
+impl StoredResponse {
+    /// Keeps the headers named in `allow` (never `Set-Cookie`).
+    pub(crate) fn capture(
+        status: StatusCode,
+        headers: &HeaderMap,
+        allow: &[HeaderName],
+        body: Bytes,
+    ) -> Self {
+        let mut kept = Vec::new();
+        for (name, value) in headers {
+            if name == header::SET_COOKIE || !allow.contains(name) {
+                continue;
+            }
+            match value.to_str() {
+                Ok(text) => kept.push((name.as_str().to_owned(), text.to_owned())),
+                Err(_) => tracing::warn!(
+                    header = %name,
+                    "response header is not visible ASCII; it will not be replayed"
+                ),
+            }
+        }
+        StoredResponse {
+            status: status.as_u16(),
+            headers: kept,
+            body,
+        }
+    }
+
+    pub(crate) fn from_columns(
+        status: i64,
+        headers: Option<&str>,
+        body: Vec<u8>,
+    ) -> Result<Self, StoreError> {
+        let status = u16::try_from(status).map_err(|_| StoreError::Corrupt {
+            what: "response status",
+            value: status.to_string(),
+        })?;
+        let headers: Vec<(String, String)> = match headers {
+            Some(text) => serde_json::from_str(text).map_err(|_| StoreError::Corrupt {
+                what: "response headers",
+                value: text.to_owned(),
+            })?,
+            None => Vec::new(),
+        };
+        Ok(StoredResponse {
+            status,
+            headers,
+            body: Bytes::from(body),
+        })
+    }
+
+    pub(crate) fn headers_json(&self) -> String {
+        serde_json::to_string(&self.headers).unwrap_or_else(|_| "[]".to_owned())
+    }
+
+    /// The response as first sent (no replay marker).
+    pub(crate) fn to_response(&self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = Response::new(Body::from(self.body.clone()));
+        *response.status_mut() = status;
+        let map = response.headers_mut();
+        for (name, value) in &self.headers {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                map.append(name, value);
+            }
+        }
+        response
+    }
+
+    /// The replay: the stored response plus `Idempotent-Replayed: true`.
+    pub(crate) fn replay(&self) -> Response {
+        let mut response = self.to_response();
+        response.headers_mut().insert(
+            HeaderName::from_static(IDEMPOTENT_REPLAYED),
+            HeaderValue::from_static("true"),
+        );
+        response
+    }
+}
+
+/// What a phased operation answers: status, headers and body.
+///
+/// ```
+/// use idem_runtime::server::Reply;
+/// let reply = Reply::json(http::StatusCode::CREATED, &serde_json::json!({"id": 7}));
+/// assert_eq!(reply.status(), http::StatusCode::CREATED);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Reply {
+    /// A reply with a raw body.
+    pub fn new(status: StatusCode, body: impl Into<Bytes>) -> Self {
+        Reply {
+            status,
+            headers: HeaderMap::new(),
+            body: body.into(),
+        }
+    }
+
+    /// A JSON reply.
+    pub fn json<T: serde::Serialize + ?Sized>(status: StatusCode, value: &T) -> Self {
+        match serde_json::to_vec(value) {
+            Ok(body) => {
+                let mut reply = Reply::new(status, body);
+                reply.headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                reply
+            }
+            Err(e) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        }
+    }
+
+    /// Adds a header.
+    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.append(name, value);
+        self
+    }
+
+    /// The status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub(crate) fn into_parts(self) -> (StatusCode, HeaderMap, Bytes) {
+        (self.status, self.headers, self.body)
+    }
+}
+
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        let mut response = Response::new(Body::from(self.body));
+        *response.status_mut() = self.status;
+        *response.headers_mut() = self.headers;
+        response
+    }
+}

@@ -1,0 +1,774 @@
+//! The key store: embedded migrations and every statement the protocol runs,
+//! for SQLite and PostgreSQL.
+//!
+//! The statements are written once, in the dialect both engines accept
+//! (`$N` placeholders, `INSERT … ON CONFLICT`, `RETURNING`), and instantiated
+//! per backend by a macro so each instantiation works on concrete sqlx types.
+//! Any Postgres-wire engine with those features (CockroachDB, YugabyteDB) can
+//! run the PostgreSQL instantiation unchanged.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgPoolOptions, Postgres};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Pool, Row, Sqlite};
+
+use super::error::StoreError;
+use super::response::StoredResponse;
+
+/// A boxed, sendable future, as the backend trait returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// State of a key record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyState {
+    /// Claimed; the request has not stored its response yet.
+    InFlight,
+    /// The response is stored and replays on every retry inside the window.
+    Complete,
+}
+
+impl KeyState {
+    /// The value stored in the `state` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::InFlight => "in_flight",
+            KeyState::Complete => "complete",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self, StoreError> {
+        match s {
+            "in_flight" => Ok(KeyState::InFlight),
+            "complete" => Ok(KeyState::Complete),
+            other => Err(StoreError::Corrupt {
+                what: "state",
+                value: other.to_owned(),
+            }),
+        }
+    }
+}
+
+/// The request a phased operation needs to be resumed without its client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRequest {
+    /// HTTP method.
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    /// Raw body bytes.
+    pub body: Vec<u8>,
+}
+
+/// What a claim writes.
+#[derive(Debug, Clone)]
+pub struct NewClaim<'a> {
+    /// Caller scope.
+    pub scope: &'a str,
+    /// The idempotency key.
+    pub key: &'a str,
+    /// SHA-256 of method, path and canonical body, hex.
+    pub fingerprint: &'a str,
+    /// Registered operation name, for phased operations the completer can resume.
+    pub operation: Option<&'a str>,
+    /// The request, kept for phased operations only.
+    pub request: Option<&'a StoredRequest>,
+    /// Milliseconds since the Unix epoch.
+    pub now: i64,
+}
+
+/// One stored key row.
+#[derive(Debug, Clone)]
+pub struct KeyRecord {
+    /// Caller scope.
+    pub scope: String,
+    /// The idempotency key.
+    pub key: String,
+    /// Request fingerprint the key was first used with.
+    pub fingerprint: String,
+    /// In flight or complete.
+    pub state: KeyState,
+    /// Operation name of a phased operation.
+    pub operation: Option<String>,
+    /// The stored request of a phased operation.
+    pub request: Option<StoredRequest>,
+    /// Last recovery point reached.
+    pub recovery_point: String,
+    /// Fencing token: bumped on every claim, reclaim and takeover.
+    pub lock_generation: i64,
+    /// When the current holder last proved it was alive (ms since epoch).
+    pub locked_at: Option<i64>,
+    /// The stored response once complete.
+    pub response: Option<StoredResponse>,
+    /// When the key was claimed (ms since epoch); the replay window starts here.
+    pub created_at: i64,
+}
+
+/// Whether a step of a phased operation has only its intent recorded or is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepStatus {
+    /// Written and committed before a foreign call; its outcome is not recorded.
+    Intent,
+    /// The step's output is recorded; it never runs again.
+    Done,
+}
+
+impl StepStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Intent => "intent",
+            StepStatus::Done => "done",
+        }
+    }
+}
+
+/// One stored step of a phased operation.
+#[derive(Debug, Clone)]
+pub struct StepRecord {
+    /// Step name.
+    pub step: String,
+    /// Intent or done.
+    pub status: StepStatus,
+    /// Key passed to the foreign system for this step.
+    pub derived_key: Option<String>,
+    /// JSON output of a done step.
+    pub output: Option<String>,
+}
+
+/// A record the reaper deleted.
+#[derive(Debug, Clone)]
+pub struct ReapedRecord {
+    /// Caller scope.
+    pub scope: String,
+    /// The idempotency key.
+    pub key: String,
+    /// State it was in when deleted; `InFlight` means it never finished.
+    pub state: KeyState,
+    /// Operation name, if phased.
+    pub operation: Option<String>,
+    /// Last recovery point reached.
+    pub recovery_point: String,
+}
+
+/// A database engine the key store runs on.
+///
+/// Implemented for [`Sqlite`] and [`Postgres`]. Every method runs on a
+/// connection the caller provides — usually the transaction that also carries
+/// the business effect — so the key's state changes commit with it.
+pub trait Backend: sqlx::Database + Sized {
+    /// Creates or upgrades the schema; safe to call from several processes at once.
+    fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// The claim: one `INSERT … ON CONFLICT (scope, idem_key) DO NOTHING RETURNING`.
+    /// `Some(generation)` means this caller won.
+    fn claim<'a>(
+        conn: &'a mut Self::Connection,
+        claim: &'a NewClaim<'a>,
+    ) -> BoxFuture<'a, Result<Option<i64>, StoreError>>;
+
+    /// Re-claims a record whose replay window has passed, in one conditional
+    /// `UPDATE`; a complete record, or an in-flight one whose lock is stale.
+    fn reclaim_expired<'a>(
+        conn: &'a mut Self::Connection,
+        claim: &'a NewClaim<'a>,
+        created_before: i64,
+        locked_before: i64,
+    ) -> BoxFuture<'a, Result<Option<i64>, StoreError>>;
+
+    /// Reads one record.
+    fn load<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<KeyRecord>, StoreError>>;
+
+    /// Takes over an in-flight record whose lock is older than `locked_before`:
+    /// one conditional `UPDATE` that bumps the fencing generation.
+    fn take_over<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        key: &'a str,
+        locked_before: i64,
+        now: i64,
+    ) -> BoxFuture<'a, Result<Option<i64>, StoreError>>;
+
+    /// Moves the record to its recovery point and refreshes the lock, if
+    /// `generation` still holds it.
+    fn advance<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        key: &'a str,
+        generation: i64,
+        recovery_point: &'a str,
+        now: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Lets go of the lock so a retry can take over at once.
+    fn release<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        key: &'a str,
+        generation: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Stores the response and marks the record complete, if `generation`
+    /// still holds the lock.
+    fn complete<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        key: &'a str,
+        generation: i64,
+        response: &'a StoredResponse,
+        now: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Reads the steps of a phased operation.
+    fn load_steps<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<StepRecord>, StoreError>>;
+
+    /// Writes (or overwrites) one step.
+    fn record_step<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        key: &'a str,
+        step: &'a StepRecord,
+        now: i64,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Deletes the steps of one key (a reclaimed key starts over).
+    fn delete_steps<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// In-flight records of phased operations whose lock is older than `locked_before`.
+    fn abandoned<'a>(
+        conn: &'a mut Self::Connection,
+        locked_before: i64,
+        limit: i64,
+    ) -> BoxFuture<'a, Result<Vec<(String, String)>, StoreError>>;
+
+    /// Deletes records claimed before `created_before` (and their steps) and
+    /// returns what was deleted.
+    fn reap<'a>(
+        conn: &'a mut Self::Connection,
+        created_before: i64,
+    ) -> BoxFuture<'a, Result<Vec<ReapedRecord>, StoreError>>;
+}
+
+const SELECT_RECORD: &str = "SELECT scope, idem_key, fingerprint, state, operation, request_method, \
+     request_path, request_body, recovery_point, lock_generation, locked_at, response_status, \
+     response_headers, response_body, created_at FROM idem_keys WHERE scope = $1 AND idem_key = $2";
+
+const CLAIM: &str = "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, operation, \
+     request_method, request_path, request_body, recovery_point, lock_generation, locked_at, \
+     created_at) VALUES ($1, $2, $3, 'in_flight', $4, $5, $6, $7, 'started', 1, $8, $8) \
+     ON CONFLICT (scope, idem_key) DO NOTHING RETURNING lock_generation";
+
+const RECLAIM_EXPIRED: &str = "UPDATE idem_keys SET fingerprint = $3, state = 'in_flight', \
+     operation = $4, request_method = $5, request_path = $6, request_body = $7, \
+     recovery_point = 'started', lock_generation = lock_generation + 1, locked_at = $8, \
+     response_status = NULL, response_headers = NULL, response_body = NULL, created_at = $8, \
+     completed_at = NULL \
+     WHERE scope = $1 AND idem_key = $2 AND created_at < $9 \
+       AND (state = 'complete' OR locked_at IS NULL OR locked_at < $10) \
+     RETURNING lock_generation";
+
+const TAKE_OVER: &str = "UPDATE idem_keys SET locked_at = $4, lock_generation = lock_generation + 1 \
+     WHERE scope = $1 AND idem_key = $2 AND state = 'in_flight' \
+       AND (locked_at IS NULL OR locked_at < $3) \
+     RETURNING lock_generation";
+
+const ADVANCE: &str = "UPDATE idem_keys SET recovery_point = $4, locked_at = $5 \
+     WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
+
+const RELEASE: &str = "UPDATE idem_keys SET locked_at = NULL \
+     WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
+
+const COMPLETE: &str = "UPDATE idem_keys SET state = 'complete', response_status = $4, \
+     response_headers = $5, response_body = $6, completed_at = $7, locked_at = NULL, \
+     recovery_point = 'finished' \
+     WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
+
+const LOAD_STEPS: &str = "SELECT step, status, derived_key, output FROM idem_steps \
+     WHERE scope = $1 AND idem_key = $2";
+
+const RECORD_STEP: &str = "INSERT INTO idem_steps (scope, idem_key, step, status, derived_key, \
+     output, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+     ON CONFLICT (scope, idem_key, step) DO UPDATE SET status = excluded.status, \
+     derived_key = excluded.derived_key, output = excluded.output, updated_at = excluded.updated_at";
+
+const DELETE_STEPS: &str = "DELETE FROM idem_steps WHERE scope = $1 AND idem_key = $2";
+
+const ABANDONED: &str = "SELECT scope, idem_key FROM idem_keys \
+     WHERE state = 'in_flight' AND operation IS NOT NULL \
+       AND (locked_at IS NULL OR locked_at < $1) \
+     ORDER BY locked_at LIMIT $2";
+
+const REAP: &str = "DELETE FROM idem_keys WHERE created_at < $1 \
+     RETURNING scope, idem_key, state, operation, recovery_point";
+
+const REAP_STEPS: &str = "DELETE FROM idem_steps WHERE NOT EXISTS (SELECT 1 FROM idem_keys k \
+     WHERE k.scope = idem_steps.scope AND k.idem_key = idem_steps.idem_key)";
+
+const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
+     version BIGINT PRIMARY KEY, description TEXT NOT NULL, applied_at BIGINT NOT NULL)";
+
+/// One embedded migration.
+struct Migration {
+    version: i64,
+    description: &'static str,
+    sql: &'static str,
+}
+
+const SQLITE_MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "idempotency keys and steps",
+    sql: include_str!("../../migrations/sqlite/0001_idempotency_keys.sql"),
+}];
+
+const POSTGRES_MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "idempotency keys and steps",
+    sql: include_str!("../../migrations/postgres/0001_idempotency_keys.sql"),
+}];
+
+// Both engines serialize the migration run: SQLite through its single writer
+// (the first statement writes), PostgreSQL through a transaction-scoped
+// advisory lock, so two processes starting together never race.
+const SQLITE_MIGRATION_LOCK: &str = "SELECT 1";
+const POSTGRES_MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock(7263541209)";
+
+fn record_from_row<R>(row: &R) -> Result<KeyRecord, StoreError>
+where
+    R: Row,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<Vec<u8>>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+{
+    let state: String = row.try_get("state")?;
+    let method: Option<String> = row.try_get("request_method")?;
+    let path: Option<String> = row.try_get("request_path")?;
+    let body: Option<Vec<u8>> = row.try_get("request_body")?;
+    let request = match (method, path) {
+        (Some(method), Some(path)) => Some(StoredRequest {
+            method,
+            path,
+            body: body.unwrap_or_default(),
+        }),
+        _ => None,
+    };
+    let status: Option<i64> = row.try_get("response_status")?;
+    let headers: Option<String> = row.try_get("response_headers")?;
+    let response_body: Option<Vec<u8>> = row.try_get("response_body")?;
+    let response = match status {
+        Some(status) => Some(StoredResponse::from_columns(
+            status,
+            headers.as_deref(),
+            response_body.unwrap_or_default(),
+        )?),
+        None => None,
+    };
+    Ok(KeyRecord {
+        scope: row.try_get("scope")?,
+        key: row.try_get("idem_key")?,
+        fingerprint: row.try_get("fingerprint")?,
+        state: KeyState::parse(&state)?,
+        operation: row.try_get("operation")?,
+        request,
+        recovery_point: row.try_get("recovery_point")?,
+        lock_generation: row.try_get("lock_generation")?,
+        locked_at: row.try_get("locked_at")?,
+        response,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn now_for_migrations() -> i64 {
+    super::clock::now_ms()
+}
+
+macro_rules! impl_backend {
+    ($db:ty, $migrations:expr, $lock:expr) => {
+        impl Backend for $db {
+            fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>> {
+                Box::pin(async move {
+                    let mut tx = pool.begin().await?;
+                    sqlx::query(MIGRATIONS_TABLE).execute(&mut *tx).await?;
+                    sqlx::query($lock).execute(&mut *tx).await?;
+                    let applied: Vec<i64> =
+                        sqlx::query_scalar("SELECT version FROM idem_schema_migrations")
+                            .fetch_all(&mut *tx)
+                            .await?;
+                    for m in $migrations {
+                        if applied.contains(&m.version) {
+                            continue;
+                        }
+                        sqlx::Executor::execute(&mut *tx, m.sql)
+                            .await
+                            .map_err(|source| StoreError::Migration {
+                                version: m.version,
+                                source,
+                            })?;
+                        sqlx::query(
+                            "INSERT INTO idem_schema_migrations (version, description, applied_at) \
+                             VALUES ($1, $2, $3)",
+                        )
+                        .bind(m.version)
+                        .bind(m.description)
+                        .bind(now_for_migrations())
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    tx.commit().await?;
+                    Ok(())
+                })
+            }
+
+            fn claim<'a>(
+                conn: &'a mut Self::Connection,
+                c: &'a NewClaim<'a>,
+            ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
+                Box::pin(async move {
+                    let generation: Option<i64> = sqlx::query_scalar(CLAIM)
+                        .bind(c.scope)
+                        .bind(c.key)
+                        .bind(c.fingerprint)
+                        .bind(c.operation)
+                        .bind(c.request.map(|r| r.method.as_str()))
+                        .bind(c.request.map(|r| r.path.as_str()))
+                        .bind(c.request.map(|r| r.body.as_slice()))
+                        .bind(c.now)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    Ok(generation)
+                })
+            }
+
+            fn reclaim_expired<'a>(
+                conn: &'a mut Self::Connection,
+                c: &'a NewClaim<'a>,
+                created_before: i64,
+                locked_before: i64,
+            ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
+                Box::pin(async move {
+                    let generation: Option<i64> = sqlx::query_scalar(RECLAIM_EXPIRED)
+                        .bind(c.scope)
+                        .bind(c.key)
+                        .bind(c.fingerprint)
+                        .bind(c.operation)
+                        .bind(c.request.map(|r| r.method.as_str()))
+                        .bind(c.request.map(|r| r.path.as_str()))
+                        .bind(c.request.map(|r| r.body.as_slice()))
+                        .bind(c.now)
+                        .bind(created_before)
+                        .bind(locked_before)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    Ok(generation)
+                })
+            }
+
+            fn load<'a>(
+                conn: &'a mut Self::Connection,
+                scope: &'a str,
+                key: &'a str,
+            ) -> BoxFuture<'a, Result<Option<KeyRecord>, StoreError>> {
+                Box::pin(async move {
+                    let row = sqlx::query(SELECT_RECORD)
+                        .bind(scope)
+                        .bind(key)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    row.as_ref().map(record_from_row).transpose()
+                })
+            }
+
+            fn take_over<'a>(
+                conn: &'a mut Self::Connection,
+                scope: &'a str,
+                key: &'a str,
+                locked_before: i64,
+                now: i64,
+            ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
+                Box::pin(async move {
+                    let generation: Option<i64> = sqlx::query_scalar(TAKE_OVER)
+                        .bind(scope)
+                        .bind(key)
+                        .bind(locked_before)
+                        .bind(now)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    Ok(generation)
+                })
+            }
+
+            fn advance<'a>(
+                conn: &'a mut Self::Connection,
+                scope: &'a str,
+                key: &'a str,
+                generation: i64,
+                recovery_point: &'a str,
+                now: i64,
+            ) -> BoxFuture<'a, Result<bool, StoreError>> {
+                Box::pin(async move {
+                    let done = sqlx::query(ADVANCE)
+                        .bind(scope)
+                        .bind(key)
+                        .bind(generation)
+                        .bind(recovery_point)
+                        .bind(now)
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(done.rows_affected() == 1)
+                })
+            }
+
+            fn release<'a>(
+                conn: &'a mut Self::Connection,
+                scope: &'a str,
+                key: &'a str,
+                generation: i64,
+            ) -> BoxFuture<'a, Result<bool, StoreError>> {
+                Box::pin(async move {
+                    let done = sqlx::query(RELEASE)
+                        .bind(scope)
+                        .bind(key)
+                        .bind(generation)
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(done.rows_affected() == 1)
+                })
+            }
+
+            fn complete<'a>(
+                conn: &'a mut Self::Connection,
+                scope: &'a str,
+                key: &'a str,
+                generation: i64,
+                response: &'a StoredResponse,
+                now: i64,
+            ) -> BoxFuture<'a, Result<bool, StoreError>> {
+                Box::pin(async move {
+                    let done = sqlx::query(COMPLETE)
+                        .bind(scope)
+                        .bind(key)
+                        .bind(generation)
+                        .bind(i64::from(response.status))
+                        .bind(response.headers_json())
+                        .bind(response.body.as_ref())
+                        .bind(now)
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(done.rows_affected() == 1)
+                })
+            }
+
+            fn load_steps<'a>(
+                conn: &'a mut Self::Connection,
+                scope: &'a str,
+                key: &'a str,
+            ) -> BoxFuture<'a, Result<Vec<StepRecord>, StoreError>> {
+                Box::pin(async move {
+                    let rows = sqlx::query(LOAD_STEPS)
+                        .bind(scope)
+                        .bind(key)
+                        .fetch_all(&mut *conn)
+                        .await?;
+                    let mut steps = Vec::with_capacity(rows.len());
+                    for row in rows {
+                        let status: String = row.try_get("status")?;
+                        let status = match status.as_str() {
+                            "intent" => StepStatus::Intent,
+                            "done" => StepStatus::Done,
+                            _ => {
+                                return Err(StoreError::Corrupt {
+                                    what: "step status",
+                                    value: status,
+                                });
+                            }
+                        };
+                        steps.push(StepRecord {
+                            step: row.try_get("step")?,
+                            status,
+                            derived_key: row.try_get("derived_key")?,
+                            output: row.try_get("output")?,
+                        });
+                    }
+                    Ok(steps)
+                })
+            }
+
+            fn record_step<'a>(
+                conn: &'a mut Self::Connection,
+                scope: &'a str,
+                key: &'a str,
+                step: &'a StepRecord,
+                now: i64,
+            ) -> BoxFuture<'a, Result<(), StoreError>> {
+                Box::pin(async move {
+                    sqlx::query(RECORD_STEP)
+                        .bind(scope)
+                        .bind(key)
+                        .bind(step.step.as_str())
+                        .bind(step.status.as_str())
+                        .bind(step.derived_key.as_deref())
+                        .bind(step.output.as_deref())
+                        .bind(now)
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                })
+            }
+
+            fn delete_steps<'a>(
+                conn: &'a mut Self::Connection,
+                scope: &'a str,
+                key: &'a str,
+            ) -> BoxFuture<'a, Result<(), StoreError>> {
+                Box::pin(async move {
+                    sqlx::query(DELETE_STEPS)
+                        .bind(scope)
+                        .bind(key)
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                })
+            }
+
+            fn abandoned<'a>(
+                conn: &'a mut Self::Connection,
+                locked_before: i64,
+                limit: i64,
+            ) -> BoxFuture<'a, Result<Vec<(String, String)>, StoreError>> {
+                Box::pin(async move {
+                    let rows: Vec<(String, String)> = sqlx::query_as(ABANDONED)
+                        .bind(locked_before)
+                        .bind(limit)
+                        .fetch_all(&mut *conn)
+                        .await?;
+                    Ok(rows)
+                })
+            }
+
+            fn reap<'a>(
+                conn: &'a mut Self::Connection,
+                created_before: i64,
+            ) -> BoxFuture<'a, Result<Vec<ReapedRecord>, StoreError>> {
+                Box::pin(async move {
+                    let rows = sqlx::query(REAP)
+                        .bind(created_before)
+                        .fetch_all(&mut *conn)
+                        .await?;
+                    let mut reaped = Vec::with_capacity(rows.len());
+                    for row in rows {
+                        let state: String = row.try_get("state")?;
+                        reaped.push(ReapedRecord {
+                            scope: row.try_get("scope")?,
+                            key: row.try_get("idem_key")?,
+                            state: KeyState::parse(&state)?,
+                            operation: row.try_get("operation")?,
+                            recovery_point: row.try_get("recovery_point")?,
+                        });
+                    }
+                    sqlx::query(REAP_STEPS).execute(&mut *conn).await?;
+                    Ok(reaped)
+                })
+            }
+        }
+    };
+}
+
+impl_backend!(Sqlite, SQLITE_MIGRATIONS, SQLITE_MIGRATION_LOCK);
+impl_backend!(Postgres, POSTGRES_MIGRATIONS, POSTGRES_MIGRATION_LOCK);
+
+/// The key store: a connection pool and the schema in it.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), idem_runtime::server::StoreError> {
+/// use idem_runtime::server::Store;
+/// // An embedded file, created if missing; `sqlite::memory:` works too.
+/// let store = Store::open_sqlite("sqlite://app.db").await?;
+/// store.migrate().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Store<DB: Backend> {
+    pool: Pool<DB>,
+}
+
+impl<DB: Backend> Clone for Store<DB> {
+    fn clone(&self) -> Self {
+        Store {
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+impl<DB: Backend> Store<DB> {
+    /// Wraps a pool the application already has (the business tables live there too).
+    pub fn new(pool: Pool<DB>) -> Self {
+        Store { pool }
+    }
+
+    /// The pool; business code shares it.
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+
+    /// Creates or upgrades the key tables from the migrations embedded in the
+    /// binary. Idempotent, and safe when several processes start at once. Its
+    /// own bookkeeping table (`idem_schema_migrations`) never collides with
+    /// the application's `sqlx migrate` history.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        DB::migrate(&self.pool).await
+    }
+}
+
+impl Store<Sqlite> {
+    /// Opens (creating if missing) an SQLite database with the settings the
+    /// protocol wants: WAL journal, `synchronous = NORMAL`, a generous busy
+    /// timeout, and a single pooled connection.
+    ///
+    /// SQLite admits one writer at a time. With one connection, concurrent
+    /// requests queue fairly in the pool instead of spinning in SQLite's busy
+    /// handler; build the pool yourself and use [`Store::new`] for another shape.
+    /// A handler must use the transaction it is given, never a second
+    /// connection from the same single-connection pool.
+    pub async fn open_sqlite(url: &str) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(30));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options)
+            .await?;
+        Ok(Store { pool })
+    }
+}
+
+impl Store<Postgres> {
+    /// Connects to PostgreSQL (or a Postgres-wire engine) with a pool of
+    /// `max_connections`.
+    pub async fn connect_postgres(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await?;
+        Ok(Store { pool })
+    }
+}
