@@ -1,0 +1,179 @@
+#![cfg(feature = "server")]
+//! Store conformance: every backend answers each protocol statement the same way.
+
+mod support_server;
+
+use idem_runtime::server::{
+    Backend, KeyState, NewClaim, StepRecord, StepStatus, Store, StoredRequest, StoredResponse,
+};
+
+fn claim<'a>(scope: &'a str, key: &'a str, fp: &'a str, now: i64) -> NewClaim<'a> {
+    NewClaim {
+        scope,
+        key,
+        fingerprint: fp,
+        operation: None,
+        request: None,
+        now,
+    }
+}
+
+async fn claim_has_exactly_one_winner<DB: Backend>(store: Store<DB>) {
+    // Migrating again is a no-op.
+    store.migrate().await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tx = store.pool().begin().await.unwrap();
+            let won = DB::claim(&mut tx, &claim("acct", "k1", "fp", 1_000)).await.unwrap();
+            tx.commit().await.unwrap();
+            won
+        }));
+    }
+    let mut winners = 0;
+    for t in tasks {
+        if t.await.unwrap().is_some() {
+            winners += 1;
+        }
+    }
+    assert_eq!(winners, 1);
+    // Another scope is another key.
+    let mut tx = store.pool().begin().await.unwrap();
+    assert_eq!(DB::claim(&mut tx, &claim("other", "k1", "fp", 1_000)).await.unwrap(), Some(1));
+    let record = DB::load(&mut tx, "acct", "k1").await.unwrap().unwrap();
+    assert_eq!(record.state, KeyState::InFlight);
+    assert_eq!(record.fingerprint, "fp");
+    assert_eq!(record.lock_generation, 1);
+    assert_eq!(record.locked_at, Some(1_000));
+    assert!(record.response.is_none());
+    assert!(DB::load(&mut tx, "acct", "missing").await.unwrap().is_none());
+    tx.commit().await.unwrap();
+}
+on_every_backend!(claim_has_exactly_one_winner);
+
+async fn complete_is_fenced_by_generation<DB: Backend>(store: Store<DB>) {
+    let mut tx = store.pool().begin().await.unwrap();
+    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 10)).await.unwrap().unwrap();
+    let response = StoredResponse {
+        status: 201,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: bytes::Bytes::from_static(b"{\"id\":1}\x00\xff"),
+    };
+    assert!(!DB::complete(&mut tx, "a", "k", generation + 1, &response, 20).await.unwrap());
+    assert!(DB::complete(&mut tx, "a", "k", generation, &response, 20).await.unwrap());
+    // Complete is terminal.
+    assert!(!DB::complete(&mut tx, "a", "k", generation, &response, 30).await.unwrap());
+    tx.commit().await.unwrap();
+    let mut conn = store.pool().acquire().await.unwrap();
+    let record = DB::load(&mut conn, "a", "k").await.unwrap().unwrap();
+    assert_eq!(record.state, KeyState::Complete);
+    assert_eq!(record.response, Some(response));
+}
+on_every_backend!(complete_is_fenced_by_generation);
+
+async fn take_over_needs_a_stale_lock<DB: Backend>(store: Store<DB>) {
+    let mut tx = store.pool().begin().await.unwrap();
+    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 1_000)).await.unwrap().unwrap();
+    // Lock taken at 1000: a cutoff at or before it finds nothing to take.
+    assert_eq!(DB::take_over(&mut tx, "a", "k", 1_000, 2_000).await.unwrap(), None);
+    let taken = DB::take_over(&mut tx, "a", "k", 1_001, 2_000).await.unwrap().unwrap();
+    assert_eq!(taken, generation + 1);
+    // The old holder is fenced off; the new one advances and refreshes the lock.
+    assert!(!DB::advance(&mut tx, "a", "k", generation, "x", 2_100).await.unwrap());
+    assert!(DB::advance(&mut tx, "a", "k", taken, "charged", 2_100).await.unwrap());
+    let record = DB::load(&mut tx, "a", "k").await.unwrap().unwrap();
+    assert_eq!(record.recovery_point, "charged");
+    assert_eq!(record.locked_at, Some(2_100));
+    // Released: takeable at once.
+    assert!(DB::release(&mut tx, "a", "k", taken).await.unwrap());
+    assert_eq!(DB::take_over(&mut tx, "a", "k", 0, 2_200).await.unwrap(), Some(taken + 1));
+    tx.commit().await.unwrap();
+}
+on_every_backend!(take_over_needs_a_stale_lock);
+
+async fn expired_records_are_reclaimed_once<DB: Backend>(store: Store<DB>) {
+    let mut tx = store.pool().begin().await.unwrap();
+    let g = DB::claim(&mut tx, &claim("a", "k", "old", 1_000)).await.unwrap().unwrap();
+    let response = StoredResponse {
+        status: 200,
+        headers: vec![],
+        body: bytes::Bytes::from_static(b"old"),
+    };
+    assert!(DB::complete(&mut tx, "a", "k", g, &response, 1_000).await.unwrap());
+    let fresh = claim("a", "k", "new", 5_000);
+    // Not yet expired (cutoff before creation).
+    assert_eq!(DB::reclaim_expired(&mut tx, &fresh, 900, 4_000).await.unwrap(), None);
+    let g2 = DB::reclaim_expired(&mut tx, &fresh, 2_000, 4_000).await.unwrap().unwrap();
+    assert_eq!(g2, g + 1);
+    let record = DB::load(&mut tx, "a", "k").await.unwrap().unwrap();
+    assert_eq!(record.state, KeyState::InFlight);
+    assert_eq!(record.fingerprint, "new");
+    assert_eq!(record.created_at, 5_000);
+    assert!(record.response.is_none());
+    // Now fresh: a second reclaim finds nothing.
+    assert_eq!(DB::reclaim_expired(&mut tx, &fresh, 2_000, 4_000).await.unwrap(), None);
+    tx.commit().await.unwrap();
+}
+on_every_backend!(expired_records_are_reclaimed_once);
+
+async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
+    let request = StoredRequest {
+        method: "POST".into(),
+        path: "/checkout?x=1".into(),
+        body: b"{\"amount\":5}".to_vec(),
+    };
+    let mut tx = store.pool().begin().await.unwrap();
+    let phased = NewClaim {
+        scope: "a",
+        key: "p",
+        fingerprint: "fp",
+        operation: Some("checkout"),
+        request: Some(&request),
+        now: 1_000,
+    };
+    let g = DB::claim(&mut tx, &phased).await.unwrap().unwrap();
+    let intent = StepRecord {
+        step: "charge".into(),
+        status: StepStatus::Intent,
+        derived_key: Some("p:charge".into()),
+        output: None,
+    };
+    DB::record_step(&mut tx, "a", "p", &intent, 1_000).await.unwrap();
+    let done = StepRecord {
+        status: StepStatus::Done,
+        output: Some("\"ch_1\"".into()),
+        ..intent.clone()
+    };
+    DB::record_step(&mut tx, "a", "p", &done, 1_100).await.unwrap();
+    let steps = DB::load_steps(&mut tx, "a", "p").await.unwrap();
+    assert_eq!(steps.len(), 1);
+    assert_eq!(steps[0].status, StepStatus::Done);
+    assert_eq!(steps[0].output.as_deref(), Some("\"ch_1\""));
+    let record = DB::load(&mut tx, "a", "p").await.unwrap().unwrap();
+    assert_eq!(record.request, Some(request.clone()));
+    assert_eq!(record.operation.as_deref(), Some("checkout"));
+    // A single-phase claim is never reported as abandoned: nothing could resume it.
+    DB::claim(&mut tx, &claim("a", "single", "fp", 1_000)).await.unwrap().unwrap();
+    let c = DB::claim(&mut tx, &claim("a", "done", "fp", 1_000)).await.unwrap().unwrap();
+    let resp = StoredResponse { status: 200, headers: vec![], body: bytes::Bytes::new() };
+    assert!(DB::complete(&mut tx, "a", "done", c, &resp, 1_000).await.unwrap());
+    assert_eq!(
+        DB::abandoned(&mut tx, 2_000, 10).await.unwrap(),
+        vec![("a".to_owned(), "p".to_owned())]
+    );
+    assert!(DB::abandoned(&mut tx, 1_000, 10).await.unwrap().is_empty());
+    let _ = g;
+    // Reap everything claimed before 1500: three records, two never finished.
+    let mut reaped = DB::reap(&mut tx, 1_500).await.unwrap();
+    reaped.sort_by(|a, b| a.key.cmp(&b.key));
+    assert_eq!(reaped.len(), 3);
+    assert_eq!(reaped[0].state, KeyState::Complete);
+    assert_eq!(reaped[1].state, KeyState::InFlight);
+    assert_eq!(reaped[1].operation.as_deref(), Some("checkout"));
+    assert_eq!(reaped[1].recovery_point, "started");
+    assert!(DB::load_steps(&mut tx, "a", "p").await.unwrap().is_empty());
+    assert!(DB::load(&mut tx, "a", "p").await.unwrap().is_none());
+    tx.commit().await.unwrap();
+}
+on_every_backend!(steps_requests_abandoned_and_reaping);
