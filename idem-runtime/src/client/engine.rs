@@ -380,7 +380,7 @@ impl RetryClient {
                 future: http.execute(request),
             })
         };
-        self.run(operation, key, minted, prepare).await
+        self.run(operation, key, minted, None, prepare).await
     }
 
     /// The retry loop around any attempt you can express as a future, for
@@ -423,14 +423,14 @@ impl RetryClient {
             }
             None => (None, false),
         };
-        let host = host.map(str::to_owned);
         let prepare = move |a: &mut Attempt| -> Result<Prepared<Fut>, reqwest::Error> {
             Ok(Prepared {
-                host: host.clone(),
+                host: None,
                 future: attempt(a),
             })
         };
-        self.run(operation, key, minted, prepare).await
+        self.run(operation, key, minted, host.map(str::to_owned), prepare)
+            .await
     }
 
     async fn run<P, Fut>(
@@ -438,6 +438,7 @@ impl RetryClient {
         operation: &Operation,
         key: Option<IdempotencyKey>,
         minted: bool,
+        fixed_host: Option<String>,
         mut prepare: P,
     ) -> Result<Response, RetryError>
     where
@@ -489,48 +490,45 @@ impl RetryClient {
                     .insert(name.clone(), HeaderValue::from(millis));
             }
 
-            let prepared = match prepare(&mut attempt) {
-                Ok(prepared) => prepared,
-                Err(source) => {
-                    return self.fail(RetryError::Request {
-                        operation: operation.name,
-                        key: attempt.key.clone(),
-                        attempts: attempt.number - 1,
-                        source,
-                    });
+            // Retry → circuit breaker → call: the breaker sees every attempt,
+            // and a refused one is never even prepared when the host is known.
+            let mut breaker_wait = Duration::ZERO;
+            let mut permit: Option<Permit> = None;
+            let mut refused_host: Option<String> = None;
+            let mut future = None;
+            if let Some(host) = &fixed_host {
+                match self.admit(host, started) {
+                    Ok(p) => permit = p,
+                    Err(wait) => (breaker_wait, refused_host) = (wait, Some(host.clone())),
                 }
-            };
+            }
+            if refused_host.is_none() {
+                let prepared = match prepare(&mut attempt) {
+                    Ok(prepared) => prepared,
+                    Err(source) => {
+                        return self.fail(RetryError::Request {
+                            operation: operation.name,
+                            key: attempt.key.clone(),
+                            attempts: attempt.number - 1,
+                            source,
+                        });
+                    }
+                };
+                if let (None, Some(host)) = (&fixed_host, prepared.host) {
+                    match self.admit(&host, started) {
+                        Ok(p) => permit = p,
+                        Err(wait) => (breaker_wait, refused_host) = (wait, Some(host)),
+                    }
+                }
+                if refused_host.is_none() {
+                    future = Some(prepared.future);
+                }
+            }
             shared.counters.attempts.fetch_add(1, Ordering::Relaxed);
 
-            // Retry → circuit breaker → call: the breaker sees every attempt.
-            let mut breaker_wait = Duration::ZERO;
-            let permit: Option<Permit> = match (&shared.breaker, &prepared.host) {
-                (Some(breaker), Some(host)) => match breaker.acquire(host, started) {
-                    Ok(permit) => Some(permit),
-                    Err(refused) => {
-                        shared
-                            .counters
-                            .breaker_rejections
-                            .fetch_add(1, Ordering::Relaxed);
-                        breaker_wait = refused.retry_in;
-                        None
-                    }
-                },
-                _ => None,
-            };
-            let refused_by_breaker =
-                shared.breaker.is_some() && prepared.host.is_some() && permit.is_none();
-
-            let (observation, got) = if refused_by_breaker {
-                drop(prepared.future);
-                let host = prepared.host.unwrap_or_default();
-                (
-                    Observation::CircuitOpen,
-                    Got::Failed(AttemptError::CircuitOpen { host }),
-                )
-            } else {
-                match self
-                    .attempt(prepared.future, attempt.timeout, attempt.key.is_some())
+            let (observation, got) = match (future, refused_host) {
+                (Some(future), _) => match self
+                    .attempt(future, attempt.timeout, attempt.key.is_some())
                     .await
                 {
                     Ok(outcome) => outcome,
@@ -542,7 +540,13 @@ impl RetryClient {
                             source,
                         });
                     }
-                }
+                },
+                (None, host) => (
+                    Observation::CircuitOpen,
+                    Got::Failed(AttemptError::CircuitOpen {
+                        host: host.unwrap_or_default(),
+                    }),
+                ),
             };
             if let Some(permit) = permit {
                 permit.record(is_breaker_failure(&observation), clock.now());
@@ -761,6 +765,24 @@ impl RetryClient {
             }
         };
         Ok((observation, Got::Response(rebuild(parts, body))))
+    }
+
+    /// Asks the breaker (if any) for leave to send to `host`; `Err` carries
+    /// how long until it lets a trial through.
+    fn admit(&self, host: &str, now: Instant) -> Result<Option<Permit>, Duration> {
+        let Some(breaker) = &self.shared.breaker else {
+            return Ok(None);
+        };
+        match breaker.acquire(host, now) {
+            Ok(permit) => Ok(Some(permit)),
+            Err(refused) => {
+                self.shared
+                    .counters
+                    .breaker_rejections
+                    .fetch_add(1, Ordering::Relaxed);
+                Err(refused.retry_in)
+            }
+        }
     }
 
     fn give_up(
