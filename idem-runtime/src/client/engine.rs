@@ -464,6 +464,9 @@ impl RetryClient {
         if let Some(key) = key {
             attempt.set_key(key, &policy.key_header);
         }
+        // Until the first request is built, a minted key may still give way
+        // to one the caller put on the request itself.
+        attempt.minted = minted;
         let mut server_errors_retried = 0u32;
         let mut previous_wait = Duration::ZERO;
         loop {

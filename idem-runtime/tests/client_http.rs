@@ -1,0 +1,315 @@
+#![cfg(feature = "client")]
+//! The retry client against a real HTTP server on loopback that records
+//! every request's headers. Real sockets and real reqwest; waits are kept to
+//! milliseconds and nothing here asserts on wall-clock time.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, StatusCode};
+use idem_runtime::client::{
+    AttemptError, Backoff, GiveUp, IdempotencyKey, Operation, RetryClass, RetryClient, RetryError,
+    RetryPolicy,
+};
+
+#[derive(Debug, Clone)]
+enum Reply {
+    Status(u16, Vec<(&'static str, &'static str)>, &'static str),
+    /// Accept the request and never answer.
+    Hang,
+}
+
+#[derive(Debug, Clone)]
+struct Hit {
+    method: String,
+    path: String,
+    headers: HeaderMap,
+    body: String,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Recorder {
+    hits: Arc<Mutex<Vec<Hit>>>,
+    replies: Arc<Mutex<VecDeque<Reply>>>,
+}
+
+impl Recorder {
+    fn hits(&self) -> Vec<Hit> {
+        self.hits.lock().unwrap().clone()
+    }
+
+    fn header(&self, name: &str) -> Vec<String> {
+        self.hits()
+            .iter()
+            .map(|h| {
+                h.headers
+                    .get(name)
+                    .map(|v| v.to_str().unwrap().to_owned())
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+}
+
+async fn record(State(recorder): State<Recorder>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .unwrap_or_default();
+    recorder.hits.lock().unwrap().push(Hit {
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_owned(),
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    });
+    let reply = recorder.replies.lock().unwrap().pop_front();
+    match reply.unwrap_or(Reply::Status(200, vec![], "{}")) {
+        Reply::Status(status, headers, body) => {
+            let mut response = (StatusCode::from_u16(status).unwrap(), body).into_response();
+            for (name, value) in headers {
+                response.headers_mut().insert(name, value.parse().unwrap());
+            }
+            response
+        }
+        Reply::Hang => std::future::pending().await,
+    }
+}
+
+/// Starts a recording server answering with `replies` in order, then 200.
+async fn server(replies: impl IntoIterator<Item = Reply>) -> (String, Recorder) {
+    let recorder = Recorder::default();
+    recorder.replies.lock().unwrap().extend(replies);
+    let app = axum::Router::new()
+        .fallback(record)
+        .with_state(recorder.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), recorder)
+}
+
+fn quick() -> RetryPolicy {
+    RetryPolicy::default().backoff(Backoff::full_jitter(
+        Duration::from_millis(1),
+        Duration::from_millis(5),
+    ))
+}
+
+fn client(policy: RetryPolicy) -> RetryClient {
+    RetryClient::builder(reqwest::Client::new())
+        .policy(policy)
+        .build()
+}
+
+const CREATE_ORDER: Operation = Operation::new("createOrder", RetryClass::Keyed);
+const CREATE_REFUND: Operation = Operation::new("createRefund", RetryClass::Unsafe);
+
+fn status(code: u16) -> Reply {
+    Reply::Status(code, vec![], "")
+}
+
+#[tokio::test]
+async fn a_keyed_post_sends_one_minted_key_on_every_attempt() {
+    let (base, recorder) = server([status(503), status(502)]).await;
+    let response = client(quick())
+        .send(&CREATE_ORDER, |http| {
+            http.post(format!("{base}/orders"))
+                .header("content-type", "application/json")
+                .body(r#"{"sku":"A-1","qty":2}"#)
+        })
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+
+    let hits = recorder.hits();
+    assert_eq!(hits.len(), 3);
+    assert!(
+        hits.iter()
+            .all(|h| h.method == "POST" && h.path == "/orders")
+    );
+    assert!(hits.iter().all(|h| h.body == r#"{"sku":"A-1","qty":2}"#));
+    let keys = recorder.header("idempotency-key");
+    assert!(uuid::Uuid::parse_str(&keys[0]).is_ok(), "{keys:?}");
+    assert!(
+        keys.iter().all(|k| *k == keys[0]),
+        "one key for the whole call: {keys:?}"
+    );
+
+    // The remaining deadline is on the wire, and only shrinks.
+    let left: Vec<u64> = recorder
+        .header("idem-timeout-ms")
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert!(left[0] <= 30_000 && left[0] > 29_000, "{left:?}");
+    assert!(left.windows(2).all(|w| w[1] <= w[0]), "{left:?}");
+}
+
+#[tokio::test]
+async fn a_second_call_gets_a_new_key() {
+    let (base, recorder) = server([]).await;
+    let client = client(quick());
+    for _ in 0..2 {
+        client
+            .send(&CREATE_ORDER, |http| http.post(format!("{base}/orders")))
+            .await
+            .unwrap();
+    }
+    let keys = recorder.header("idempotency-key");
+    assert_ne!(keys[0], keys[1]);
+}
+
+#[tokio::test]
+async fn a_derived_key_is_sent_verbatim_and_survives_in_the_error() {
+    let (base, recorder) = server([status(503), status(503), status(503)]).await;
+    let key = IdempotencyKey::derived(["order", "739", "confirm"]).unwrap();
+    let error = client(quick())
+        .send_with_key(&CREATE_ORDER, key.clone(), |http| {
+            http.post(format!("{base}/orders/739/confirm"))
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        recorder.header("idempotency-key"),
+        vec!["order-739-confirm"; 3]
+    );
+    assert_eq!(error.key(), Some(&key));
+    assert_eq!(error.attempts(), 3);
+}
+
+#[tokio::test]
+async fn a_key_already_on_the_request_is_kept_for_every_attempt() {
+    let (base, recorder) = server([status(504)]).await;
+    client(quick())
+        .send(&CREATE_ORDER, |http| {
+            http.post(format!("{base}/orders"))
+                .header("Idempotency-Key", "job-42-attempt-any")
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        recorder.header("idempotency-key"),
+        vec!["job-42-attempt-any"; 2]
+    );
+}
+
+#[tokio::test]
+async fn an_unsafe_post_is_never_resent_after_a_timeout() {
+    let (base, recorder) = server([Reply::Hang]).await;
+    let policy = quick().attempt_timeout(Duration::from_millis(300));
+    let client = client(policy);
+    let error = client
+        .send(&CREATE_REFUND, |http| {
+            http.post(format!("{base}/refunds"))
+                .body(r#"{"cents":2000}"#)
+        })
+        .await
+        .unwrap_err();
+
+    let RetryError::OutcomeUnknown {
+        attempts,
+        last,
+        why,
+        key,
+        ..
+    } = &error
+    else {
+        panic!("expected outcome unknown, got {error:?}");
+    };
+    assert_eq!(*attempts, 1);
+    assert!(matches!(last, AttemptError::TimedOut { .. }), "{last:?}");
+    assert!(why.contains("createRefund is `unsafe`"), "{why}");
+    assert!(key.is_none());
+    // The server did receive it, exactly once, and no key was invented.
+    let hits = recorder.hits();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].body, r#"{"cents":2000}"#);
+    assert!(hits[0].headers.get("idempotency-key").is_none());
+    assert_eq!(client.metrics().outcome_unknown, 1);
+}
+
+#[tokio::test]
+async fn an_unsafe_post_is_not_resent_after_a_gateway_error() {
+    let (base, recorder) = server([status(502)]).await;
+    let error = client(quick())
+        .send(&CREATE_REFUND, |http| http.post(format!("{base}/refunds")))
+        .await
+        .unwrap_err();
+    assert!(error.is_outcome_unknown());
+    assert_eq!(recorder.hits().len(), 1);
+}
+
+#[tokio::test]
+async fn an_unsafe_post_is_retried_while_the_connection_is_refused() {
+    // Nothing listens on this port: the request never leaves the client.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let error = client(quick())
+        .send(&CREATE_REFUND, |http| {
+            http.post(format!("http://127.0.0.1:{port}/refunds"))
+        })
+        .await
+        .unwrap_err();
+    match error {
+        RetryError::GaveUp {
+            attempts: 3,
+            reason: GiveUp::AttemptsExhausted { max: 3 },
+            last: AttemptError::Connect { .. },
+            ..
+        } => {}
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_keyed_500_is_retried_at_most_once() {
+    let (base, recorder) = server([status(500), status(500)]).await;
+    let error = client(quick())
+        .send(&CREATE_ORDER, |http| http.post(format!("{base}/orders")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RetryError::GaveUp {
+                reason: GiveUp::ServerErrorRetriedOnce,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let keys = recorder.header("idempotency-key");
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[0], keys[1]);
+}
+
+#[tokio::test]
+async fn the_in_use_conflict_is_waited_out_with_the_same_key() {
+    let in_use = Reply::Status(
+        409,
+        vec![
+            ("retry-after-ms", "20"),
+            ("content-type", "application/json"),
+        ],
+        r#"{"code":"idempotency_key_in_use","message":"a request with this key is in progress"}"#,
+    );
+    let reused = Reply::Status(409, vec![], r#"{"code":"idempotency_key_reused"}"#);
+    let (base, recorder) = server([in_use, reused]).await;
+    let error = client(quick())
+        .send(&CREATE_ORDER, |http| http.post(format!("{base}/orders")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, RetryError::KeyReused { attempts: 2, .. }),
+        "{error:?}"
+    );
+    let keys = recorder.header("idempotency-key");
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[0], keys[1]);
+}
