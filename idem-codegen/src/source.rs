@@ -2,6 +2,7 @@
 //! into the file it came from, so every diagnostic can name `file:line:column`.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// Index of a file in a [`SourceMap`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -34,13 +35,23 @@ pub struct SourceFile {
     /// Path shown in diagnostics: relative to the working directory when possible.
     pub display: String,
     pub text: String,
+    /// Byte offset of each line's start, built on first use.
+    line_starts: OnceLock<Vec<usize>>,
 }
 
 impl SourceFile {
     /// The text of 1-based `line`, without its line ending.
     pub fn line(&self, line: u32) -> Option<&str> {
+        let starts = self.line_starts.get_or_init(|| {
+            std::iter::once(0)
+                .chain(self.text.match_indices('\n').map(|(i, _)| i + 1))
+                .collect()
+        });
         let index = usize::try_from(line).ok()?.checked_sub(1)?;
-        self.text.lines().nth(index)
+        let start = *starts.get(index)?;
+        let end = starts.get(index + 1).map_or(self.text.len(), |e| e - 1);
+        let text = self.text.get(start..end)?;
+        Some(text.strip_suffix('\r').unwrap_or(text))
     }
 }
 
@@ -58,6 +69,7 @@ impl SourceMap {
             path,
             display,
             text,
+            line_starts: OnceLock::new(),
         });
         id
     }
@@ -86,4 +98,22 @@ fn display_path(path: &Path) -> String {
         .and_then(|cwd| path.strip_prefix(&cwd).ok().map(Path::to_path_buf))
         .unwrap_or_else(|| path.to_path_buf());
     shown.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_by_number() {
+        let mut map = SourceMap::default();
+        let id = map.add(PathBuf::from("a.yaml"), "one\r\ntwo\n\nfour".into());
+        let file = map.get(id).unwrap();
+        assert_eq!(file.line(1), Some("one"));
+        assert_eq!(file.line(2), Some("two"));
+        assert_eq!(file.line(3), Some(""));
+        assert_eq!(file.line(4), Some("four"));
+        assert_eq!(file.line(5), None);
+        assert_eq!(file.line(0), None);
+    }
 }

@@ -4,6 +4,7 @@
 
 use crate::model::{Method, Model, Operation};
 use crate::source::Pos;
+use crate::vocab::Waiver;
 
 pub mod rules;
 
@@ -76,12 +77,25 @@ pub struct Diagnostic {
 #[derive(Debug)]
 pub struct Findings<'r> {
     rule: &'r Rule,
+    root_waivers: &'r [Waiver],
     out: Vec<Diagnostic>,
+    waived: usize,
 }
 
 impl Findings<'_> {
+    fn waives(&self, waivers: &[Waiver]) -> bool {
+        waivers
+            .iter()
+            .any(|w| w.rule == self.rule.slug || w.rule.eq_ignore_ascii_case(self.rule.code))
+    }
+
     /// A finding about one operation.
     pub fn operation(&mut self, op: &Operation, pos: Pos, message: String, help: Option<String>) {
+        // The operation's waivers include the root's.
+        if self.waives(&op.waivers) {
+            self.waived += 1;
+            return;
+        }
         self.out.push(Diagnostic {
             code: self.rule.code,
             rule: self.rule.slug,
@@ -99,6 +113,10 @@ impl Findings<'_> {
 
     /// A finding about the document as a whole.
     pub fn document(&mut self, pos: Pos, message: String, help: Option<String>) {
+        if self.waives(self.root_waivers) {
+            self.waived += 1;
+            return;
+        }
         self.out.push(Diagnostic {
             code: self.rule.code,
             rule: self.rule.slug,
@@ -143,16 +161,13 @@ pub fn audit(model: &Model) -> Report {
     for rule in RULES {
         let mut findings = Findings {
             rule,
+            root_waivers: &model.root.idempotency.allow,
             out: Vec::new(),
+            waived: 0,
         };
         (rule.check)(model, &mut findings);
-        for d in findings.out {
-            if is_waived(model, &d) {
-                waived += 1;
-            } else {
-                diagnostics.push(d);
-            }
-        }
+        waived += findings.waived;
+        diagnostics.extend(findings.out);
     }
     diagnostics.sort_by(|a, b| (a.pos, a.code, &a.message).cmp(&(b.pos, b.code, &b.message)));
     diagnostics.dedup_by(|a, b| a.pos == b.pos && a.code == b.code && a.message == b.message);
@@ -184,21 +199,6 @@ pub fn audit(model: &Model) -> Report {
 pub fn count(summary: &mut Summary, diagnostics: &[Diagnostic]) {
     summary.errors = diagnostics.iter().filter(|d| d.severity == Severity::Error).count();
     summary.warnings = diagnostics.iter().filter(|d| d.severity == Severity::Warning).count();
-}
-
-fn is_waived(model: &Model, d: &Diagnostic) -> bool {
-    let names = |w: &crate::vocab::Waiver| w.rule == d.rule || w.rule.eq_ignore_ascii_case(d.code);
-    if model.root.idempotency.allow.iter().any(names) {
-        return true;
-    }
-    let Some(target) = &d.operation else {
-        return false;
-    };
-    model
-        .operations
-        .iter()
-        .filter(|o| o.method == target.method && o.path == target.path)
-        .any(|o| o.waivers.iter().any(names))
 }
 
 /// Every slug and code, for `allow:` validation.

@@ -61,6 +61,8 @@ pub(crate) fn claims_exactly_once(text: &str) -> bool {
     let negations = [
         "not ", "no ", "never ", "n't ", "cannot ", "without ", "impossible", "myth", "false",
     ];
+    // Denials that follow the phrase: "exactly-once delivery is a myth".
+    let denials_after = ["impossible", "myth", "false", "not possible", "isn't possible"];
     let mut found = false;
     for phrase in phrases {
         for (at, _) in lower.match_indices(phrase) {
@@ -71,7 +73,13 @@ pub(crate) fn claims_exactly_once(text: &str) -> bool {
                 .map_or(0, |(i, _)| i);
             let before = &lower[start..at];
             let sentence = before.rsplit(['.', ';', ':']).next().unwrap_or(before);
-            if !negations.iter().any(|n| sentence.contains(n)) {
+            let rest = lower.get(at + phrase.len()..).unwrap_or_default();
+            let end = rest.char_indices().nth(40).map_or(rest.len(), |(i, _)| i);
+            let after = rest.get(..end).unwrap_or(rest);
+            let after = after.split(['.', ';', ':']).next().unwrap_or(after);
+            if !negations.iter().any(|n| sentence.contains(n))
+                && !denials_after.iter().any(|n| after.contains(n))
+            {
                 found = true;
             }
         }
@@ -92,5 +100,8 @@ mod tests {
         assert!(!claims_exactly_once("We never promise exactly once processing"));
         assert!(!claims_exactly_once("Delivered at least once"));
         assert!(!claims_exactly_once("Exactly one of the fields must be set"));
+        assert!(!claims_exactly_once("Exactly-once delivery is impossible over a network"));
+        assert!(!claims_exactly_once("Exactly once processing is a myth."));
+        assert!(claims_exactly_once("Processed exactly once. Losing an event is impossible."));
     }
 }

@@ -106,9 +106,12 @@ fn check_operation(op: &Operation, out: &mut Findings<'_>) {
         if let Some(d) = declared {
             let param_says = if p.required { KeyRequirement::Required } else { KeyRequirement::Optional };
             if d.value != KeyRequirement::None && d.value != param_says {
+                // At the operation's `key:`, not the parameter: a shared
+                // parameter would put every operation's finding on one line,
+                // where identical findings collapse into one.
                 out.operation(
                     op,
-                    p.pos,
+                    d.pos,
                     format!("`key: {}` but parameter `{}` is {}", d.value, p.name, if p.required { "required" } else { "optional" }),
                     Some(format!("make them agree: `required: {}` on the parameter", d.value == KeyRequirement::Required)),
                 );

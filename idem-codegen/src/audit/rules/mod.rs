@@ -53,6 +53,24 @@ pub(crate) fn settings_scopes<'m>(
     scopes
 }
 
+/// Where to point a finding about one scope's settings: the first of `fields`
+/// that the scope sets itself (its position differs from the root's), else
+/// the first that is set at all. A finding about an operation then points at
+/// the operation's own override that caused it, not at the root setting it
+/// inherited (which may be fine on its own).
+pub(crate) fn blame(
+    ext: &crate::vocab::IdempotencyExt,
+    root: &crate::vocab::IdempotencyExt,
+    fields: impl Fn(&crate::vocab::IdempotencyExt) -> Vec<Option<Pos>>,
+) -> Option<Pos> {
+    let own = fields(ext);
+    let inherited = fields(root);
+    own.iter()
+        .zip(&inherited)
+        .find_map(|(o, r)| o.filter(|p| Some(*p) != *r))
+        .or_else(|| own.iter().flatten().next().copied())
+}
+
 pub(crate) fn pos_of<T>(field: &Option<Located<T>>) -> Option<Pos> {
     field.as_ref().map(|l| l.pos)
 }

@@ -1,4 +1,4 @@
-use super::{pos_of, settings_scopes};
+use super::{blame, pos_of, settings_scopes};
 use crate::audit::{Findings, Rule, Severity};
 use crate::model::{Model, key_settings};
 use crate::vocab::format_duration;
@@ -36,15 +36,15 @@ x-idempotency:
 
 fn check(model: &Model, out: &mut Findings<'_>) {
     let fields = |e: &crate::vocab::IdempotencyExt| {
-        vec![pos_of(&e.replay_window), pos_of(&e.reaper_after)]
+        vec![pos_of(&e.reaper_after), pos_of(&e.replay_window)]
     };
-    for scope in settings_scopes(model, fields) {
+    for scope in settings_scopes(model, &fields) {
         let ext = scope.map_or(&model.root.idempotency, |op| &op.ext);
         let settings = key_settings(ext);
         if settings.reaper_after >= settings.replay_window {
             continue;
         }
-        let Some(pos) = pos_of(&ext.reaper_after).or(pos_of(&ext.replay_window)) else {
+        let Some(pos) = blame(ext, &model.root.idempotency, &fields) else {
             continue;
         };
         let defaulted = if ext.reaper_after.is_none() { " (the default)" } else { "" };

@@ -1,0 +1,213 @@
+//! The `idem` command line, driven in-process through `cli::run` (the same
+//! code the binary runs) and once as a real process.
+
+use std::path::{Path, PathBuf};
+
+use idem_codegen::cli::{EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, run};
+
+fn fixture(name: &str) -> String {
+    format!("../fixtures/{name}")
+}
+
+struct Output {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn idem(args: &[&str]) -> Output {
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let argv = std::iter::once("idem").chain(args.iter().copied());
+    let code = run(argv, &mut out, &mut err);
+    Output {
+        code,
+        stdout: String::from_utf8(out).unwrap(),
+        stderr: String::from_utf8(err).unwrap(),
+    }
+}
+
+#[test]
+fn human_report_points_into_the_file() {
+    let o = idem(&["audit", &fixture("cratebase.yaml")]);
+    assert_eq!(o.code, EXIT_FINDINGS, "{}", o.stderr);
+    assert!(o.stdout.contains("error[IDEM001]: PUT /v2/orders/{id}/notes declares effect `append`"));
+    assert!(o.stdout.contains("--> ../fixtures/cratebase.yaml:32:5"), "{}", o.stdout);
+    assert!(o.stdout.contains("--> ../fixtures/cratebase.yaml:42:5"));
+    assert!(o.stdout.contains("--> ../fixtures/cratebase.yaml:51:5"));
+    assert!(o.stdout.contains("= help: "));
+    assert!(!o.stdout.contains("\u{1b}["), "no colour when not on a terminal");
+    assert!(o.stdout.ends_with(
+        "summary: 5 operations, 4 state-changing, 1 keyed, 0 documented-unsafe; 3 errors, 4 warnings\n"
+    ));
+}
+
+#[test]
+fn json_report_has_the_documented_shape() {
+    let o = idem(&["audit", "--format", "json", &fixture("cratebase.yaml")]);
+    assert_eq!(o.code, EXIT_FINDINGS);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["spec"], "../fixtures/cratebase.yaml");
+    let ops = v["operations"].as_array().unwrap();
+    assert_eq!(ops.len(), 5);
+    let refund = ops.iter().find(|o| o["path"] == "/v2/refunds").unwrap();
+    assert_eq!(refund["method"], "POST");
+    assert_eq!(refund["operation_id"], "createRefund");
+    assert_eq!(refund["class"], "unsafe");
+    assert_eq!(refund["key"], "none");
+    assert_eq!(refund["effect"], "create");
+    let create = ops.iter().find(|o| o["operation_id"] == "createOrder").unwrap();
+    assert_eq!(create["class"], "keyed");
+    assert_eq!(create["key"], "required");
+    let notes = ops.iter().find(|o| o["operation_id"] == "addOrderNote").unwrap();
+    assert_eq!((notes["class"].as_str(), notes["effect"].as_str()), (Some("unsafe"), Some("append")));
+
+    let diags = v["diagnostics"].as_array().unwrap();
+    let d = diags.iter().find(|d| d["path"] == "/v2/refunds").unwrap();
+    assert_eq!(d["rule"], "unkeyed-unsafe-write");
+    assert_eq!(d["severity"], "error");
+    assert_eq!(d["method"], "POST");
+    assert_eq!(d["operation_id"], "createRefund");
+    assert_eq!(d["file"], "../fixtures/cratebase.yaml");
+    assert_eq!((d["line"].as_u64(), d["column"].as_u64()), (Some(51), Some(5)));
+    assert!(d["message"].as_str().unwrap().starts_with("POST /v2/refunds"));
+    let s = &v["summary"];
+    assert_eq!(
+        (s["operations"].as_u64(), s["state_changing"].as_u64(), s["errors"].as_u64(), s["warnings"].as_u64()),
+        (Some(5), Some(4), Some(3), Some(4))
+    );
+}
+
+#[test]
+fn sarif_report_is_code_scanning_shaped() {
+    let o = idem(&["audit", "--format", "sarif", &fixture("cratebase.yaml")]);
+    assert_eq!(o.code, EXIT_FINDINGS);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["version"], "2.1.0");
+    let run = &v["runs"][0];
+    let rules = run["tool"]["driver"]["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), idem_codegen::audit::RULES.len());
+    let results = run["results"].as_array().unwrap();
+    assert_eq!(results.len(), 7);
+    for r in results {
+        let index = r["ruleIndex"].as_u64().unwrap() as usize;
+        assert_eq!(rules[index]["id"], r["ruleId"]);
+        assert!(matches!(r["level"].as_str(), Some("error" | "warning")));
+        let loc = &r["locations"][0]["physicalLocation"];
+        assert_eq!(loc["artifactLocation"]["uri"], "../fixtures/cratebase.yaml");
+        assert!(loc["region"]["startLine"].as_u64().unwrap() >= 1);
+        assert!(r["partialFingerprints"].is_object());
+    }
+}
+
+#[test]
+fn github_annotations() {
+    let o = idem(&["audit", "--format", "github", &fixture("cratebase.yaml")]);
+    assert_eq!(o.code, EXIT_FINDINGS);
+    let first = o.stdout.lines().find(|l| l.contains("/v2/refunds")).unwrap();
+    assert!(
+        first.starts_with("::error file=../fixtures/cratebase.yaml,line=51,col=5,title=IDEM001 unkeyed-unsafe-write::POST /v2/refunds"),
+        "{first}"
+    );
+    assert!(first.contains("%0Ahelp: "), "multi-line messages are escaped: {first}");
+    assert_eq!(o.stdout.lines().filter(|l| l.starts_with("::warning ")).count(), 4);
+    assert!(o.stdout.lines().last().unwrap().starts_with("::notice title=idem audit::summary: 5 operations"));
+}
+
+#[test]
+fn exit_codes_follow_the_threshold() {
+    let clean = fixture("payments-clean.yaml");
+    assert_eq!(idem(&["audit", &clean]).code, EXIT_CLEAN);
+    assert_eq!(idem(&["audit", "--deny", "warnings", &clean]).code, EXIT_CLEAN);
+    // Warnings only: clean by default, failing with --deny warnings.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("warn.yaml");
+    let text = std::fs::read_to_string(&clean).unwrap().replace("  failure-replay: verbatim\n", "");
+    std::fs::write(&spec, text).unwrap();
+    let spec = spec.to_str().unwrap();
+    let o = idem(&["audit", spec]);
+    assert_eq!(o.code, EXIT_CLEAN, "{}", o.stdout);
+    assert!(o.stdout.contains("warning[IDEM009]"));
+    assert_eq!(idem(&["audit", "--deny", "warnings", spec]).code, EXIT_FINDINGS);
+}
+
+#[test]
+fn wrong_calls_exit_2() {
+    assert_eq!(idem(&["audit"]).code, EXIT_ERROR);
+    assert_eq!(idem(&["audit", "--format", "xml", &fixture("cratebase.yaml")]).code, EXIT_ERROR);
+    assert_eq!(idem(&["audit", "--deny", "everything", &fixture("cratebase.yaml")]).code, EXIT_ERROR);
+    let both = idem(&["audit", "--baseline", "a", "--write-baseline", "b", &fixture("cratebase.yaml")]);
+    assert_eq!(both.code, EXIT_ERROR);
+    let missing = idem(&["audit", "no/such/spec.yaml"]);
+    assert_eq!(missing.code, EXIT_ERROR);
+    assert!(missing.stderr.contains("cannot read `no/such/spec.yaml`"), "{}", missing.stderr);
+    assert_eq!(idem(&["frobnicate"]).code, EXIT_ERROR);
+}
+
+#[test]
+fn baseline_hides_known_findings_and_fails_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let baseline = dir.path().join("idem-baseline.json");
+    let b = baseline.to_str().unwrap();
+    let spec = fixture("cratebase.yaml");
+    let w = idem(&["audit", "--write-baseline", b, &spec]);
+    assert_eq!(w.code, EXIT_CLEAN, "{}", w.stderr);
+    assert!(w.stderr.contains("recorded 7 finding(s)"));
+    let o = idem(&["audit", "--baseline", b, &spec]);
+    assert_eq!(o.code, EXIT_CLEAN, "{}", o.stdout);
+    assert!(o.stdout.contains("7 known finding(s) from the baseline not shown"));
+    assert!(o.stdout.contains("0 errors, 0 warnings, 7 baselined"));
+
+    // A new unsafe write fails even though the old ones are known; editing
+    // the file (shifting every line) does not resurrect recorded findings.
+    let changed = dir.path().join("changed.yaml");
+    let text = std::fs::read_to_string(&spec).unwrap().replace(
+        "paths:\n",
+        "paths:\n  /v2/gift-cards:\n    post:\n      responses:\n        \"201\": { description: Created }\n",
+    );
+    std::fs::write(&changed, text).unwrap();
+    let o = idem(&["audit", "--format", "json", "--baseline", b, changed.to_str().unwrap()]);
+    assert_eq!(o.code, EXIT_FINDINGS);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let fresh = v["diagnostics"].as_array().unwrap();
+    assert_eq!(fresh.len(), 1);
+    assert_eq!(fresh[0]["path"], "/v2/gift-cards");
+    assert_eq!(v["known"].as_array().unwrap().len(), 7);
+
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{not json").unwrap();
+    let o = idem(&["audit", "--baseline", bad.to_str().unwrap(), &spec]);
+    assert_eq!(o.code, EXIT_ERROR);
+    assert!(o.stderr.contains("is not valid"));
+}
+
+#[test]
+fn rules_and_explain() {
+    let o = idem(&["rules"]);
+    assert_eq!(o.code, EXIT_CLEAN);
+    assert_eq!(o.stdout.lines().count(), idem_codegen::audit::RULES.len());
+    assert!(o.stdout.contains("IDEM001  unkeyed-unsafe-write"));
+    let by_code = idem(&["explain", "IDEM004"]);
+    let by_slug = idem(&["explain", "reaper-before-replay-window"]);
+    assert_eq!(by_code.code, EXIT_CLEAN);
+    assert_eq!(by_code.stdout, by_slug.stdout);
+    assert!(by_code.stdout.contains("## Why is this bad?"));
+    let typo = idem(&["explain", "reaper-before-replay-windw"]);
+    assert_eq!(typo.code, EXIT_ERROR);
+    assert!(typo.stderr.contains("did you mean `reaper-before-replay-window`?"));
+}
+
+#[test]
+fn the_binary_is_the_same_program() {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_idem"));
+    let out = std::process::Command::new(&exe)
+        .args(["audit", "--format", "json"])
+        .arg(Path::new("../fixtures/cratebase.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(EXIT_FINDINGS));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["summary"]["errors"], 3);
+    let out = std::process::Command::new(&exe).arg("audit").arg("missing.yaml").output().unwrap();
+    assert_eq!(out.status.code(), Some(EXIT_ERROR));
+}
