@@ -219,7 +219,7 @@ fn main() {
     );
     println!("  seed 3 as in the lesson; mean and range over {SEEDS} seeds beside it\n");
     println!(
-        "  {:<13} {:>6} {:>7} {:>8} | {:>7} {:>13} {:>10} | {:>9} {:>7} {:>8} | {}",
+        "  {:<13} {:>6} {:>7} {:>8} | {:>7} {:>13} {:>10} | {:>9} {:>7} {:>8} | in idem",
         "policy",
         "calls",
         "/client",
@@ -230,7 +230,6 @@ fn main() {
         "ref calls",
         "/client",
         "done at",
-        "in idem"
     );
     for policy in [
         Storm::NoBackoff,
@@ -267,8 +266,8 @@ fn main() {
     let none = outage(RetryBudget::unlimited, 1);
     let bucket = outage(RetryBudget::default, 2);
     println!(
-        "  {:<34} {:>9} {:>22} {:>22} {:>14} | {}",
-        "budget", "db calls", "calls sent by layer", "retries/layer", "tokens left", "reference"
+        "  {:<34} {:>9} {:>22} {:>22} {:>14} | reference",
+        "budget", "db calls", "calls sent by layer", "retries/layer", "tokens left"
     );
     let row = |name: &str, o: &Outage, reference: &str| {
         let join = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" / ");

@@ -1,4 +1,8 @@
 #![cfg(feature = "client")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "helpers of a test binary: a failed unwrap is a failed test"
+)]
 //! The retry loop in virtual time: tokio's clock is paused, so every wait
 //! and timeout below is exact and costs no real time. Attempts are scripted
 //! futures passed to `RetryClient::execute_with`; the HTTP round trip itself

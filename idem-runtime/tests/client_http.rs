@@ -1,4 +1,8 @@
 #![cfg(feature = "client")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "helpers of a test binary: a failed unwrap is a failed test"
+)]
 //! The retry client against a real HTTP server on loopback that records
 //! every request's headers. Real sockets and real reqwest; waits are kept to
 //! milliseconds and nothing here asserts on wall-clock time.
