@@ -1,6 +1,6 @@
 use crate::audit::{Findings, Rule, Severity};
 use crate::model::{BODY_KEY_FIELD, KeySource, Model, Operation};
-use crate::vocab::KeyRequirement;
+use crate::vocab::{IdempotencyExt, KeyIn, KeyRequirement};
 
 pub(crate) static RULE: Rule = Rule {
     code: "IDEM010",
@@ -42,11 +42,11 @@ parameters:
 
 fn check(model: &Model, out: &mut Findings<'_>) {
     for op in &model.operations {
-        check_operation(op, out);
+        check_operation(op, &model.root.idempotency, out);
     }
 }
 
-fn check_operation(op: &Operation, out: &mut Findings<'_>) {
+fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>) {
     let limit = op.settings.key_max_length;
     if let Some(p) = op.key.misplaced.and_then(|i| op.parameters.get(i)) {
         out.operation(
@@ -138,5 +138,20 @@ fn check_operation(op: &Operation, out: &mut Findings<'_>) {
             }
             None => {}
         }
+    } else if declared.is_none()
+        && let Some(key_in) = op.ext.key_in.filter(|k| k.value == KeyIn::Body)
+        // Set on this operation, not inherited: a root `key-in: body` does
+        // not make every operation without a body field promise a key.
+        && root.key_in.is_none_or(|r| r.pos != key_in.pos)
+        && !op.request_body.as_ref().is_some_and(|b| b.properties.iter().any(|p| p == BODY_KEY_FIELD))
+    {
+        // Without the field the operation takes no key at all, so the
+        // `key-in: body` it asked for is silently ignored.
+        out.operation(
+            op,
+            key_in.pos,
+            format!("`key-in: body` but the request body has no `{BODY_KEY_FIELD}` field"),
+            Some(format!("add `{BODY_KEY_FIELD}` (a string with `maxLength: {limit}`) to the request body schema")),
+        );
     }
 }

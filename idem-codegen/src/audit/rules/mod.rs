@@ -38,10 +38,10 @@ use crate::vocab::Located;
 /// For document-wide settings: yields the root (when it set any of the fields
 /// involved) and then each operation that overrides one of them, so a root
 /// mistake is reported once rather than once per operation.
-pub(crate) fn settings_scopes<'m>(
-    model: &'m Model,
+pub(crate) fn settings_scopes(
+    model: &Model,
     fields: impl Fn(&crate::vocab::IdempotencyExt) -> Vec<Option<Pos>>,
-) -> Vec<Option<&'m Operation>> {
+) -> Vec<Option<&Operation>> {
     let root_fields = fields(&model.root.idempotency);
     let mut scopes = vec![None];
     for op in &model.operations {

@@ -38,13 +38,13 @@ fn check(model: &Model, out: &mut Findings<'_>) {
     let fields = |e: &crate::vocab::IdempotencyExt| {
         vec![pos_of(&e.reaper_after), pos_of(&e.replay_window)]
     };
-    for scope in settings_scopes(model, &fields) {
+    for scope in settings_scopes(model, fields) {
         let ext = scope.map_or(&model.root.idempotency, |op| &op.ext);
         let settings = key_settings(ext);
         if settings.reaper_after >= settings.replay_window {
             continue;
         }
-        let Some(pos) = blame(ext, &model.root.idempotency, &fields) else {
+        let Some(pos) = blame(ext, &model.root.idempotency, fields) else {
             continue;
         };
         let defaulted = if ext.reaper_after.is_none() { " (the default)" } else { "" };

@@ -43,7 +43,7 @@ fn check(model: &Model, out: &mut Findings<'_>) {
     let fields = |e: &crate::vocab::IdempotencyExt| {
         vec![pos_of(&e.replay_window), pos_of(&e.retry_horizon)]
     };
-    for scope in settings_scopes(model, &fields) {
+    for scope in settings_scopes(model, fields) {
         let ext = scope.map_or(&model.root.idempotency, |op| &op.ext);
         let settings = key_settings(ext);
         let Some(horizon) = settings.retry_horizon else {
@@ -52,7 +52,7 @@ fn check(model: &Model, out: &mut Findings<'_>) {
         if settings.replay_window >= horizon {
             continue;
         }
-        let Some(pos) = blame(ext, &model.root.idempotency, &fields) else {
+        let Some(pos) = blame(ext, &model.root.idempotency, fields) else {
             continue;
         };
         let message = format!(
