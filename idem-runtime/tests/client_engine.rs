@@ -684,3 +684,62 @@ async fn counters_add_up() {
         (2, 3, 1, 1, 1, 1)
     );
 }
+
+/// Collects formatted `tracing` output.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_retry_is_a_tracing_event() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let key = IdempotencyKey::derived(["order", "739", "confirm"]).unwrap();
+    let script = Script::new([answer(503), answer_with(429, "retry-after", "1")]);
+    call(
+        &client(RetryPolicy::default()),
+        &CREATE_ORDER,
+        Some(key),
+        None,
+        &script,
+    )
+    .await
+    .unwrap();
+
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let retries: Vec<&str> = text.lines().filter(|l| l.contains("retrying")).collect();
+    assert_eq!(retries.len(), 2, "{text}");
+    for (line, attempt) in retries.iter().zip(1..) {
+        for field in [
+            "operation=\"createOrder\"",
+            &format!("attempt={attempt}"),
+            "next_wait_ms=",
+            "budget_remaining=",
+            "key=\"order-739-confirm\"",
+        ] {
+            assert!(line.contains(field), "{field} missing from {line}");
+        }
+    }
+    assert!(
+        retries[0].contains("error=server answered 503 Service Unavailable"),
+        "{}",
+        retries[0]
+    );
+    assert!(retries[1].contains("retry_after_ms=1000"), "{}", retries[1]);
+}

@@ -5,16 +5,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use reqwest::{RequestBuilder, Response, ResponseBuilderExt};
+use reqwest::{RequestBuilder, Response};
+
+use super::attempt::{self, Got, into_error, why_not_resent};
 
 use super::breaker::{CircuitBreaker, CircuitState, Permit};
 use super::budget::RetryBudget;
 use super::class::Operation;
-use super::classify::{
-    Observation, Verdict, classify, is_breaker_failure, retry_after, retry_hint,
-};
+use super::classify::{Observation, Verdict, classify, is_breaker_failure, retry_after};
 use super::clock::{Clock, RandomSource, ThreadRandom, TokioClock};
 use super::error::{AttemptError, GiveUp, RetryError, chain};
 use super::key::IdempotencyKey;
@@ -221,12 +220,6 @@ impl Attempt {
 struct Prepared<Fut> {
     host: Option<String>,
     future: Fut,
-}
-
-/// What an attempt produced.
-enum Got {
-    Response(Response),
-    Failed(AttemptError),
 }
 
 impl RetryClient {
@@ -530,20 +523,20 @@ impl RetryClient {
             shared.counters.attempts.fetch_add(1, Ordering::Relaxed);
 
             let (observation, got) = match (future, refused_host) {
-                (Some(future), _) => match self
-                    .attempt(future, attempt.timeout, attempt.key.is_some())
-                    .await
-                {
-                    Ok(outcome) => outcome,
-                    Err(source) => {
-                        return self.fail(RetryError::Request {
-                            operation: operation.name,
-                            key: attempt.key.clone(),
-                            attempts: attempt.number,
-                            source,
-                        });
+                (Some(future), _) => {
+                    match attempt::run(clock, future, attempt.timeout, attempt.key.is_some()).await
+                    {
+                        Ok(outcome) => outcome,
+                        Err(source) => {
+                            return self.fail(RetryError::Request {
+                                operation: operation.name,
+                                key: attempt.key.clone(),
+                                attempts: attempt.number,
+                                source,
+                            });
+                        }
                     }
-                },
+                }
                 (None, host) => (
                     Observation::CircuitOpen,
                     Got::Failed(AttemptError::CircuitOpen {
@@ -682,94 +675,6 @@ impl RetryClient {
         }
     }
 
-    /// Runs one attempt under its timeout and reduces the result to an
-    /// observation. `Err` is a request that can never succeed (builder or
-    /// redirect error).
-    async fn attempt<Fut>(
-        &self,
-        future: Fut,
-        timeout: Duration,
-        key_sent: bool,
-    ) -> Result<(Observation, Got), reqwest::Error>
-    where
-        Fut: Future<Output = Result<Response, reqwest::Error>>,
-    {
-        let clock = &*self.shared.clock;
-        let started = clock.now();
-        let result = tokio::select! {
-            biased;
-            result = future => Some(result),
-            () = clock.sleep(timeout) => None,
-        };
-        let response = match result {
-            None => {
-                return Ok((
-                    Observation::TimedOut,
-                    Got::Failed(AttemptError::TimedOut { after: timeout }),
-                ));
-            }
-            Some(Err(error)) if error.is_builder() || error.is_redirect() => return Err(error),
-            Some(Err(error)) if error.is_connect() => {
-                return Ok((
-                    Observation::NotSent,
-                    Got::Failed(AttemptError::Connect { source: error }),
-                ));
-            }
-            Some(Err(error)) => {
-                let observation = if error.is_timeout() {
-                    Observation::TimedOut
-                } else {
-                    Observation::Interrupted
-                };
-                return Ok((
-                    observation,
-                    Got::Failed(AttemptError::Connection { source: error }),
-                ));
-            }
-            Some(Ok(response)) => response,
-        };
-        let status = response.status();
-        let conflict = status == StatusCode::CONFLICT || status == StatusCode::UNPROCESSABLE_ENTITY;
-        if !(key_sent && conflict) {
-            let hint = retry_hint(response.headers());
-            return Ok((
-                Observation::Status { status, hint },
-                Got::Response(response),
-            ));
-        }
-        // Tell the two key conflicts apart by their machine-readable code,
-        // wherever the server's error body puts it.
-        let left = timeout.saturating_sub(clock.now().saturating_duration_since(started));
-        let (parts, body) = split(response);
-        let body = tokio::select! {
-            biased;
-            body = body => body,
-            () = clock.sleep(left) => {
-                return Ok((Observation::TimedOut, Got::Failed(AttemptError::TimedOut { after: timeout })));
-            }
-        };
-        let body = match body {
-            Ok(body) => body,
-            Err(error) => {
-                return Ok((
-                    Observation::Interrupted,
-                    Got::Failed(AttemptError::Connection { source: error }),
-                ));
-            }
-        };
-        let observation = if contains(&body, b"idempotency_key_in_use") {
-            Observation::KeyInUse
-        } else if contains(&body, b"idempotency_key_reused") {
-            Observation::KeyReused
-        } else {
-            Observation::Status {
-                status,
-                hint: retry_hint(&parts.headers),
-            }
-        };
-        Ok((observation, Got::Response(rebuild(parts, body))))
-    }
-
     /// Asks the breaker (if any) for leave to send to `host`; `Err` carries
     /// how long until it lets a trial through.
     fn admit(&self, host: &str, now: Instant) -> Result<Option<Permit>, Duration> {
@@ -836,65 +741,4 @@ impl Attempt {
         self.key = Some(key);
         self.minted = false;
     }
-}
-
-fn into_error(got: Got) -> AttemptError {
-    match got {
-        Got::Failed(error) => error,
-        Got::Response(response) => AttemptError::Status {
-            status: response.status(),
-        },
-    }
-}
-
-fn why_not_resent(operation: &Operation) -> String {
-    let mut why = format!(
-        "{} is `{}`: it takes no idempotency key, so the request may already have taken effect and \
-         sending it again could repeat that effect; check the outcome before trying again",
-        operation.name, operation.class
-    );
-    if let Some(warning) = operation.warning {
-        why.push_str(" (");
-        why.push_str(warning.trim_end_matches('.'));
-        why.push(')');
-    }
-    why
-}
-
-/// What a response was, minus its body.
-struct Parts {
-    status: StatusCode,
-    version: http::Version,
-    headers: HeaderMap,
-    url: reqwest::Url,
-}
-
-fn split(response: Response) -> (Parts, impl Future<Output = Result<Bytes, reqwest::Error>>) {
-    let parts = Parts {
-        status: response.status(),
-        version: response.version(),
-        headers: response.headers().clone(),
-        url: response.url().clone(),
-    };
-    (parts, response.bytes())
-}
-
-fn rebuild(parts: Parts, body: Bytes) -> Response {
-    let mut builder = http::Response::builder()
-        .status(parts.status)
-        .version(parts.version)
-        .url(parts.url);
-    if let Some(headers) = builder.headers_mut() {
-        *headers = parts.headers;
-    }
-    match builder.body(body.clone()) {
-        Ok(response) => Response::from(response),
-        // Status and version came from a parsed response; this cannot fail,
-        // and if it did the body still reaches the caller.
-        Err(_) => Response::from(http::Response::new(body)),
-    }
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
