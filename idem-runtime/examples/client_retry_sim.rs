@@ -219,14 +219,14 @@ fn main() {
     );
     println!("  seed 3 as in the lesson; mean and range over {SEEDS} seeds beside it\n");
     println!(
-        "  {:<13} {:>6} {:>7} {:>8} | {:>7} {:>13} {:>10} | {:>9} {:>7} {:>8} | in idem",
+        "  {:<13} {:>6} {:>7} {:>8} | {:>7} {:>13} {:>26} | {:>9} {:>7} {:>8} | in idem",
         "policy",
         "calls",
         "/client",
         "done at",
         "mean",
         "range",
-        "mean done",
+        "done at, ms: mean (range)",
         "ref calls",
         "/client",
         "done at",
@@ -242,18 +242,20 @@ fn main() {
         let runs: Vec<(u64, u64)> = (0..SEEDS).map(|seed| storm(policy, seed)).collect();
         let mean = runs.iter().map(|r| r.0).sum::<u64>() as f64 / SEEDS as f64;
         let mean_done = runs.iter().map(|r| r.1).sum::<u64>() as f64 / SEEDS as f64;
+        let done_min = runs.iter().map(|r| r.1).min().unwrap_or(0);
+        let done_max = runs.iter().map(|r| r.1).max().unwrap_or(0);
         let min = runs.iter().map(|r| r.0).min().unwrap_or(0);
         let max = runs.iter().map(|r| r.0).max().unwrap_or(0);
         let (ref_calls, ref_done) = policy.reference();
         println!(
-            "  {:<13} {:>6} {:>7.1} {:>6}ms | {:>7.0} {:>13} {:>8.0}ms | {:>9} {:>7.1} {:>6}ms | {}",
+            "  {:<13} {:>6} {:>7.1} {:>6}ms | {:>7.0} {:>13} {:>26} | {:>9} {:>7.1} {:>6}ms | {}",
             policy.name(),
             calls,
             calls as f64 / CLIENTS as f64,
             done,
             mean,
             format!("{min}–{max}"),
-            mean_done,
+            format!("{mean_done:.0} ({done_min}–{done_max})"),
             ref_calls,
             ref_calls as f64 / CLIENTS as f64,
             ref_done,
