@@ -20,7 +20,11 @@ pub const EXIT_FINDINGS: i32 = 1;
 pub const EXIT_ERROR: i32 = 2;
 
 #[derive(Debug, Parser)]
-#[command(name = "idem", version, about = "Make retries safe by construction: audit an OpenAPI document's retry contract")]
+#[command(
+    name = "idem",
+    version,
+    about = "Make retries safe by construction: audit an OpenAPI document's retry contract"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -75,7 +79,11 @@ where
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
-            let code = if e.use_stderr() { EXIT_ERROR } else { EXIT_CLEAN };
+            let code = if e.use_stderr() {
+                EXIT_ERROR
+            } else {
+                EXIT_CLEAN
+            };
             let text = e.render().to_string();
             let _ = if e.use_stderr() {
                 stderr.write_all(text.as_bytes())
@@ -107,7 +115,10 @@ where
                 let hint = crate::vocab::did_you_mean(&rule, &names)
                     .map(|s| format!("; did you mean `{s}`?"))
                     .unwrap_or_default();
-                let _ = writeln!(stderr, "error: no rule `{rule}`{hint} (`idem rules` lists them)");
+                let _ = writeln!(
+                    stderr,
+                    "error: no rule `{rule}`{hint} (`idem rules` lists them)"
+                );
                 Ok(EXIT_ERROR)
             }
         },
@@ -142,13 +153,19 @@ fn use_color(choice: ColorChoice, stream_is_terminal: bool) -> bool {
     }
 }
 
-fn run_audit(args: &AuditArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> std::io::Result<i32> {
+fn run_audit(
+    args: &AuditArgs,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> std::io::Result<i32> {
     let color = use_color(args.color, std::io::stdout().is_terminal());
     let err_color = use_color(args.color, std::io::stderr().is_terminal());
     let document = match Document::load(&args.spec) {
         Ok(d) => d,
         Err(failure) => {
-            stderr.write_all(render::load_error(&failure.sources, &failure.error, err_color).as_bytes())?;
+            stderr.write_all(
+                render::load_error(&failure.sources, &failure.error, err_color).as_bytes(),
+            )?;
             return Ok(EXIT_ERROR);
         }
     };
@@ -156,7 +173,9 @@ fn run_audit(args: &AuditArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -
     let model = match crate::model::build(document, &names) {
         Ok(m) => m,
         Err(failure) => {
-            stderr.write_all(render::load_error(&failure.sources, &failure.error, err_color).as_bytes())?;
+            stderr.write_all(
+                render::load_error(&failure.sources, &failure.error, err_color).as_bytes(),
+            )?;
             return Ok(EXIT_ERROR);
         }
     };
@@ -184,7 +203,11 @@ fn run_audit(args: &AuditArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -
         }
     }
     stdout.write_all(render::report(&model, &report, args.format, color).as_bytes())?;
-    let threshold = if args.deny.is_some() { Severity::Warning } else { Severity::Error };
+    let threshold = if args.deny.is_some() {
+        Severity::Warning
+    } else {
+        Severity::Error
+    };
     let failing = report.diagnostics.iter().any(|d| d.severity >= threshold);
     Ok(if failing { EXIT_FINDINGS } else { EXIT_CLEAN })
 }

@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod baseline;
+pub mod build_script;
 pub mod cli;
 pub mod load;
 pub mod model;

@@ -121,9 +121,7 @@ impl Document {
             limits: &limits,
         };
         let path = PathBuf::from(name);
-        let result = loader
-            .add_text(path, text)
-            .and_then(|id| loader.finish(id));
+        let result = loader.add_text(path, text).and_then(|id| loader.finish(id));
         match result {
             Ok((version, version_text)) => Ok(Document {
                 sources: loader.sources,
@@ -162,11 +160,14 @@ impl Document {
                 });
             }
             seen.push(here);
-            let tree = self.trees.get(file.0 as usize).ok_or_else(|| LoadError::BadRef {
-                reference: reference.to_owned(),
-                reason: "its file was not loaded".into(),
-                pos: current.pos,
-            })?;
+            let tree = self
+                .trees
+                .get(file.0 as usize)
+                .ok_or_else(|| LoadError::BadRef {
+                    reference: reference.to_owned(),
+                    reason: "its file was not loaded".into(),
+                    pos: current.pos,
+                })?;
             current = pointer(tree, fragment).ok_or_else(|| LoadError::BadRef {
                 reference: reference.to_owned(),
                 reason: format!(
@@ -290,7 +291,10 @@ pub fn pointer<'a>(root: &'a Node, fragment: &str) -> Option<&'a Node> {
     for raw in fragment.strip_prefix('/')?.split('/') {
         let token = percent_decode(raw).replace("~1", "/").replace("~0", "~");
         node = match &node.value {
-            Value::Map(entries) => entries.iter().find(|(k, _)| k.name == token).map(|(_, v)| v)?,
+            Value::Map(entries) => entries
+                .iter()
+                .find(|(k, _)| k.name == token)
+                .map(|(_, v)| v)?,
             Value::Seq(items) => items.get(token.parse::<usize>().ok()?)?,
             _ => return None,
         };
@@ -372,7 +376,10 @@ impl Loader<'_> {
         })?;
         String::from_utf8(bytes).map_err(|e| LoadError::Read {
             path: shown,
-            reason: format!("not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to()),
+            reason: format!(
+                "not UTF-8 (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
         })
     }
 

@@ -160,7 +160,10 @@ pub struct RequestBody {
 #[derive(Debug, Clone, PartialEq)]
 pub enum KeySource {
     /// A header parameter (its index in [`Operation::parameters`]).
-    Header { name: String, parameter: Option<usize> },
+    Header {
+        name: String,
+        parameter: Option<usize>,
+    },
     /// A request-body field.
     Body { field: String },
 }
@@ -378,10 +381,10 @@ pub(crate) fn merge_retry(outer: &RetryExt, inner: RetryExt) -> RetryExt {
 
 pub fn key_settings(ext: &IdempotencyExt) -> KeySettings {
     KeySettings {
-        header: ext
-            .header
-            .as_ref()
-            .map_or_else(|| KeySettings::DEFAULT_HEADER.to_owned(), |h| h.value.clone()),
+        header: ext.header.as_ref().map_or_else(
+            || KeySettings::DEFAULT_HEADER.to_owned(),
+            |h| h.value.clone(),
+        ),
         key_max_length: ext.key_max_length.map_or(255, |l| l.value),
         scope: ext.scope.map_or(Scope::Account, |s| s.value),
         replay_window: ext

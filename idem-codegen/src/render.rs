@@ -36,7 +36,11 @@ fn pretty(value: &Json) -> String {
 }
 
 fn renderer(color: bool) -> Renderer {
-    if color { Renderer::styled() } else { Renderer::plain() }
+    if color {
+        Renderer::styled()
+    } else {
+        Renderer::plain()
+    }
 }
 
 /// The byte range of the token starting at 1-based character `column`.
@@ -57,17 +61,29 @@ fn token_span(line: &str, column: u32) -> std::ops::Range<usize> {
     start..start + len.max(1).min(rest.len())
 }
 
+/// What one rustc-style message says, before it is rendered.
+#[derive(Debug)]
+pub struct Message<'a> {
+    pub level: Level<'a>,
+    pub id: Option<&'a str>,
+    pub title: &'a str,
+    pub pos: Option<Pos>,
+    /// Label under the underlined token.
+    pub label: &'a str,
+    /// `help:` lines.
+    pub notes: &'a [String],
+}
+
 /// One rustc-style message with its snippet.
-pub fn snippet_message(
-    sources: &SourceMap,
-    level: Level<'_>,
-    id: Option<&str>,
-    title: &str,
-    pos: Option<Pos>,
-    label: &str,
-    notes: &[String],
-    color: bool,
-) -> String {
+pub fn snippet_message(sources: &SourceMap, message: Message<'_>, color: bool) -> String {
+    let Message {
+        level,
+        id,
+        title,
+        pos,
+        label,
+        notes,
+    } = message;
     let mut head = level.clone().primary_title(title);
     if let Some(id) = id {
         head = head.id(id);
@@ -108,12 +124,14 @@ fn human(model: &Model, report: &Report, color: bool) -> String {
         }
         out.push_str(&snippet_message(
             sources,
-            level,
-            Some(d.code),
-            &d.message,
-            Some(d.pos),
-            d.rule,
-            &notes,
+            Message {
+                level,
+                id: Some(d.code),
+                title: &d.message,
+                pos: Some(d.pos),
+                label: d.rule,
+                notes: &notes,
+            },
             color,
         ));
         out.push('\n');
@@ -151,7 +169,11 @@ pub fn summary_line(s: &Summary) -> String {
 }
 
 fn plural(n: usize, word: &str) -> String {
-    if n == 1 { word.to_owned() } else { format!("{word}s") }
+    if n == 1 {
+        word.to_owned()
+    } else {
+        format!("{word}s")
+    }
 }
 
 /// The effect shown for an operation: declared, or what its method implies
@@ -315,7 +337,9 @@ pub fn github(model: &Model, report: &Report) -> String {
 }
 
 fn escape_data(text: &str) -> String {
-    text.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
+    text.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
 }
 
 fn escape_property(text: &str) -> String {
@@ -326,12 +350,14 @@ fn escape_property(text: &str) -> String {
 pub fn load_error(sources: &SourceMap, error: &LoadError, color: bool) -> String {
     snippet_message(
         sources,
-        Level::ERROR,
-        None,
-        &error.to_string(),
-        error.pos(),
-        "here",
-        &[],
+        Message {
+            level: Level::ERROR,
+            id: None,
+            title: &error.to_string(),
+            pos: error.pos(),
+            label: "here",
+            notes: &[],
+        },
         color,
     )
 }

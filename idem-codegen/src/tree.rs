@@ -143,6 +143,12 @@ pub enum TreeError {
     UnknownAlias { pos: Pos },
     #[error("a mapping key must be a scalar")]
     ComplexKey { pos: Pos },
+    #[error("duplicate key `{name}` (first at line {first_line})")]
+    DuplicateKey {
+        pos: Pos,
+        name: String,
+        first_line: u32,
+    },
     #[error("the file is empty")]
     Empty { pos: Pos },
 }
@@ -155,6 +161,7 @@ impl TreeError {
             | TreeError::AliasBomb { pos, .. }
             | TreeError::UnknownAlias { pos }
             | TreeError::ComplexKey { pos }
+            | TreeError::DuplicateKey { pos, .. }
             | TreeError::Empty { pos } => *pos,
         }
     }
@@ -258,13 +265,16 @@ impl Builder<'_> {
                         anchor,
                         entries,
                         ..
-                    }) => (
-                        Node {
-                            value: Value::Map(entries),
-                            pos,
-                        },
-                        anchor,
-                    ),
+                    }) => {
+                        check_unique_keys(&entries)?;
+                        (
+                            Node {
+                                value: Value::Map(entries),
+                                pos,
+                            },
+                            anchor,
+                        )
+                    }
                     None => return Ok(false),
                 };
                 self.remember(anchor, &node);
@@ -343,6 +353,28 @@ impl Builder<'_> {
             }
         }
     }
+}
+
+/// Reject a mapping that repeats a key: YAML forbids it, and silently keeping
+/// one of two `post:` operations would hide the other from the audit.
+fn check_unique_keys(entries: &[(Key, Node)]) -> Result<(), TreeError> {
+    if entries.len() < 2 {
+        return Ok(());
+    }
+    let mut order: Vec<&Key> = entries.iter().map(|(k, _)| k).collect();
+    order.sort_by(|a, b| a.name.cmp(&b.name).then(a.pos.cmp(&b.pos)));
+    for pair in order.windows(2) {
+        if let [first, second] = pair
+            && first.name == second.name
+        {
+            return Err(TreeError::DuplicateKey {
+                pos: second.pos,
+                name: second.name.clone(),
+                first_line: first.pos.line,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn count_nodes(node: &Node) -> usize {
@@ -443,7 +475,12 @@ mod tests {
     #[test]
     fn aliases_expand_within_budget() {
         let node = parse_str("a: &x {k: v}\nb: *x\n").unwrap();
-        assert_eq!(node.get("b").and_then(|b| b.get("k")).and_then(Node::as_str), Some("v"));
+        assert_eq!(
+            node.get("b")
+                .and_then(|b| b.get("k"))
+                .and_then(Node::as_str),
+            Some("v")
+        );
     }
 
     #[test]
@@ -469,6 +506,20 @@ mod tests {
         let doc = format!("{}x\n", "- ".repeat(100_000));
         let err = parse_str(&doc).unwrap_err();
         assert!(matches!(err, TreeError::TooDeep { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused() {
+        let err =
+            parse_str("paths:\n  /a:\n    post: {}\n    get: {}\n    post: {}\n").unwrap_err();
+        assert_eq!(
+            err,
+            TreeError::DuplicateKey {
+                pos: Pos::new(FileId(0), 5, 5),
+                name: "post".into(),
+                first_line: 3
+            }
+        );
     }
 
     #[test]

@@ -228,7 +228,12 @@ const RETRY_FIELDS: &[&str] = &[
     "budget",
 ];
 
-const BUDGET_FIELDS: &[&str] = &["capacity", "transient-cost", "throttle-cost", "success-refund"];
+const BUDGET_FIELDS: &[&str] = &[
+    "capacity",
+    "transient-cost",
+    "throttle-cost",
+    "success-refund",
+];
 
 /// Collects errors while reading one block.
 #[derive(Debug)]
@@ -307,7 +312,8 @@ impl Reader<'_> {
                 "lock-timeout" => ext.lock_timeout = self.duration(value, field),
                 "effect" => ext.effect = self.keyword(value, field, Effect::parse, Effect::ALL),
                 "key" => {
-                    ext.key = self.keyword(value, field, KeyRequirement::parse, KeyRequirement::ALL);
+                    ext.key =
+                        self.keyword(value, field, KeyRequirement::parse, KeyRequirement::ALL);
                 }
                 "key-in" => ext.key_in = self.keyword(value, field, KeyIn::parse, KeyIn::ALL),
                 "unsafe-retry" => ext.unsafe_retry = self.text(value, field),
@@ -340,7 +346,10 @@ impl Reader<'_> {
 
     fn backoff(&mut self, node: &Node) -> Option<Located<Backoff>> {
         let text = node.scalar_text().unwrap_or_default();
-        if matches!(text.as_str(), "exponential" | "constant" | "equal-jitter" | "none") {
+        if matches!(
+            text.as_str(),
+            "exponential" | "constant" | "equal-jitter" | "none"
+        ) {
             self.error(
                 node.pos,
                 format!("`x-retry.backoff: {text}` is not offered"),
@@ -449,7 +458,9 @@ impl Reader<'_> {
             }),
             _ => {
                 let help = if matches!(node.value, Value::Number(_)) {
-                    format!("add a unit, e.g. `{text}s`; durations are strings such as 500ms, 30s, 15m, 24h, 7d")
+                    format!(
+                        "add a unit, e.g. `{text}s`; durations are strings such as 500ms, 30s, 15m, 24h, 7d"
+                    )
                 } else {
                     "durations are a whole number and a unit: 500ms, 30s, 15m, 24h, 7d".to_owned()
                 };
@@ -491,7 +502,10 @@ impl Reader<'_> {
         let Some(items) = node.as_seq() else {
             self.error(
                 node.pos,
-                format!("`phases` must be a list of phase names, found {}", node.kind()),
+                format!(
+                    "`phases` must be a list of phase names, found {}",
+                    node.kind()
+                ),
                 Some("e.g. `phases: [charge_card, send_receipt]`".into()),
             );
             return None;
@@ -517,7 +531,11 @@ impl Reader<'_> {
             }
         }
         if names.is_empty() {
-            self.error(node.pos, "`phases` is empty".into(), Some("remove it, or name the foreign calls in order".into()));
+            self.error(
+                node.pos,
+                "`phases` is empty".into(),
+                Some("remove it, or name the foreign calls in order".into()),
+            );
             return None;
         }
         Some(Located {
@@ -530,8 +548,14 @@ impl Reader<'_> {
         let Some(entries) = node.as_map() else {
             self.error(
                 node.pos,
-                format!("`allow` must map rule names to reasons, found {}", node.kind()),
-                Some("e.g. `allow: { missing-retry-after: \"the gateway sets Retry-After\" }`".into()),
+                format!(
+                    "`allow` must map rule names to reasons, found {}",
+                    node.kind()
+                ),
+                Some(
+                    "e.g. `allow: { missing-retry-after: \"the gateway sets Retry-After\" }`"
+                        .into(),
+                ),
             );
             return Vec::new();
         };
@@ -541,7 +565,10 @@ impl Reader<'_> {
                 self.error(
                     key.pos,
                     "`invalid-extension` cannot be waived".into(),
-                    Some("fix the extension instead: a typo here silently changes the contract".into()),
+                    Some(
+                        "fix the extension instead: a typo here silently changes the contract"
+                            .into(),
+                    ),
                 );
                 continue;
             }
@@ -564,7 +591,10 @@ impl Reader<'_> {
                 _ => self.error(
                     value.pos,
                     format!("waiving `{}` needs a reason", key.name),
-                    Some(format!("write why the rule does not apply: `{}: \"…\"`", key.name)),
+                    Some(format!(
+                        "write why the rule does not apply: `{}: \"…\"`",
+                        key.name
+                    )),
                 ),
             }
         }
@@ -600,8 +630,13 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 /// Render a duration the way the vocabulary writes them.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    for (unit, size) in [("d", 86_400_000u128), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if ms >= size && ms % size == 0 {
+    for (unit, size) in [
+        ("d", 86_400_000u128),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }
@@ -637,7 +672,10 @@ mod tests {
 
     #[test]
     fn suggestions() {
-        assert_eq!(did_you_mean("replay-windw", IDEMPOTENCY_FIELDS), Some("replay-window"));
+        assert_eq!(
+            did_you_mean("replay-windw", IDEMPOTENCY_FIELDS),
+            Some("replay-window")
+        );
         assert_eq!(did_you_mean("apend", &["append", "create"]), Some("append"));
         assert_eq!(did_you_mean("zzz", &["append", "create"]), None);
     }

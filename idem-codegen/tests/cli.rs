@@ -31,12 +31,22 @@ fn idem(args: &[&str]) -> Output {
 fn human_report_points_into_the_file() {
     let o = idem(&["audit", &fixture("cratebase.yaml")]);
     assert_eq!(o.code, EXIT_FINDINGS, "{}", o.stderr);
-    assert!(o.stdout.contains("error[IDEM001]: PUT /v2/orders/{id}/notes declares effect `append`"));
-    assert!(o.stdout.contains("--> ../fixtures/cratebase.yaml:32:5"), "{}", o.stdout);
+    assert!(
+        o.stdout
+            .contains("error[IDEM001]: PUT /v2/orders/{id}/notes declares effect `append`")
+    );
+    assert!(
+        o.stdout.contains("--> ../fixtures/cratebase.yaml:32:5"),
+        "{}",
+        o.stdout
+    );
     assert!(o.stdout.contains("--> ../fixtures/cratebase.yaml:42:5"));
     assert!(o.stdout.contains("--> ../fixtures/cratebase.yaml:51:5"));
     assert!(o.stdout.contains("= help: "));
-    assert!(!o.stdout.contains("\u{1b}["), "no colour when not on a terminal");
+    assert!(
+        !o.stdout.contains("\u{1b}["),
+        "no colour when not on a terminal"
+    );
     assert!(o.stdout.ends_with(
         "summary: 5 operations, 4 state-changing, 1 keyed, 0 documented-unsafe; 3 errors, 4 warnings\n"
     ));
@@ -56,11 +66,20 @@ fn json_report_has_the_documented_shape() {
     assert_eq!(refund["class"], "unsafe");
     assert_eq!(refund["key"], "none");
     assert_eq!(refund["effect"], "create");
-    let create = ops.iter().find(|o| o["operation_id"] == "createOrder").unwrap();
+    let create = ops
+        .iter()
+        .find(|o| o["operation_id"] == "createOrder")
+        .unwrap();
     assert_eq!(create["class"], "keyed");
     assert_eq!(create["key"], "required");
-    let notes = ops.iter().find(|o| o["operation_id"] == "addOrderNote").unwrap();
-    assert_eq!((notes["class"].as_str(), notes["effect"].as_str()), (Some("unsafe"), Some("append")));
+    let notes = ops
+        .iter()
+        .find(|o| o["operation_id"] == "addOrderNote")
+        .unwrap();
+    assert_eq!(
+        (notes["class"].as_str(), notes["effect"].as_str()),
+        (Some("unsafe"), Some("append"))
+    );
 
     let diags = v["diagnostics"].as_array().unwrap();
     let d = diags.iter().find(|d| d["path"] == "/v2/refunds").unwrap();
@@ -69,11 +88,24 @@ fn json_report_has_the_documented_shape() {
     assert_eq!(d["method"], "POST");
     assert_eq!(d["operation_id"], "createRefund");
     assert_eq!(d["file"], "../fixtures/cratebase.yaml");
-    assert_eq!((d["line"].as_u64(), d["column"].as_u64()), (Some(51), Some(5)));
-    assert!(d["message"].as_str().unwrap().starts_with("POST /v2/refunds"));
+    assert_eq!(
+        (d["line"].as_u64(), d["column"].as_u64()),
+        (Some(51), Some(5))
+    );
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("POST /v2/refunds")
+    );
     let s = &v["summary"];
     assert_eq!(
-        (s["operations"].as_u64(), s["state_changing"].as_u64(), s["errors"].as_u64(), s["warnings"].as_u64()),
+        (
+            s["operations"].as_u64(),
+            s["state_changing"].as_u64(),
+            s["errors"].as_u64(),
+            s["warnings"].as_u64()
+        ),
         (Some(5), Some(4), Some(3), Some(4))
     );
 }
@@ -104,43 +136,87 @@ fn sarif_report_is_code_scanning_shaped() {
 fn github_annotations() {
     let o = idem(&["audit", "--format", "github", &fixture("cratebase.yaml")]);
     assert_eq!(o.code, EXIT_FINDINGS);
-    let first = o.stdout.lines().find(|l| l.contains("/v2/refunds")).unwrap();
+    let first = o
+        .stdout
+        .lines()
+        .find(|l| l.contains("/v2/refunds"))
+        .unwrap();
     assert!(
         first.starts_with("::error file=../fixtures/cratebase.yaml,line=51,col=5,title=IDEM001 unkeyed-unsafe-write::POST /v2/refunds"),
         "{first}"
     );
-    assert!(first.contains("%0Ahelp: "), "multi-line messages are escaped: {first}");
-    assert_eq!(o.stdout.lines().filter(|l| l.starts_with("::warning ")).count(), 4);
-    assert!(o.stdout.lines().last().unwrap().starts_with("::notice title=idem audit::summary: 5 operations"));
+    assert!(
+        first.contains("%0Ahelp: "),
+        "multi-line messages are escaped: {first}"
+    );
+    assert_eq!(
+        o.stdout
+            .lines()
+            .filter(|l| l.starts_with("::warning "))
+            .count(),
+        4
+    );
+    assert!(
+        o.stdout
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("::notice title=idem audit::summary: 5 operations")
+    );
 }
 
 #[test]
 fn exit_codes_follow_the_threshold() {
     let clean = fixture("payments-clean.yaml");
     assert_eq!(idem(&["audit", &clean]).code, EXIT_CLEAN);
-    assert_eq!(idem(&["audit", "--deny", "warnings", &clean]).code, EXIT_CLEAN);
+    assert_eq!(
+        idem(&["audit", "--deny", "warnings", &clean]).code,
+        EXIT_CLEAN
+    );
     // Warnings only: clean by default, failing with --deny warnings.
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("warn.yaml");
-    let text = std::fs::read_to_string(&clean).unwrap().replace("  failure-replay: verbatim\n", "");
+    let text = std::fs::read_to_string(&clean)
+        .unwrap()
+        .replace("  failure-replay: verbatim\n", "");
     std::fs::write(&spec, text).unwrap();
     let spec = spec.to_str().unwrap();
     let o = idem(&["audit", spec]);
     assert_eq!(o.code, EXIT_CLEAN, "{}", o.stdout);
     assert!(o.stdout.contains("warning[IDEM009]"));
-    assert_eq!(idem(&["audit", "--deny", "warnings", spec]).code, EXIT_FINDINGS);
+    assert_eq!(
+        idem(&["audit", "--deny", "warnings", spec]).code,
+        EXIT_FINDINGS
+    );
 }
 
 #[test]
 fn wrong_calls_exit_2() {
     assert_eq!(idem(&["audit"]).code, EXIT_ERROR);
-    assert_eq!(idem(&["audit", "--format", "xml", &fixture("cratebase.yaml")]).code, EXIT_ERROR);
-    assert_eq!(idem(&["audit", "--deny", "everything", &fixture("cratebase.yaml")]).code, EXIT_ERROR);
-    let both = idem(&["audit", "--baseline", "a", "--write-baseline", "b", &fixture("cratebase.yaml")]);
+    assert_eq!(
+        idem(&["audit", "--format", "xml", &fixture("cratebase.yaml")]).code,
+        EXIT_ERROR
+    );
+    assert_eq!(
+        idem(&["audit", "--deny", "everything", &fixture("cratebase.yaml")]).code,
+        EXIT_ERROR
+    );
+    let both = idem(&[
+        "audit",
+        "--baseline",
+        "a",
+        "--write-baseline",
+        "b",
+        &fixture("cratebase.yaml"),
+    ]);
     assert_eq!(both.code, EXIT_ERROR);
     let missing = idem(&["audit", "no/such/spec.yaml"]);
     assert_eq!(missing.code, EXIT_ERROR);
-    assert!(missing.stderr.contains("cannot read `no/such/spec.yaml`"), "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("cannot read `no/such/spec.yaml`"),
+        "{}",
+        missing.stderr
+    );
     assert_eq!(idem(&["frobnicate"]).code, EXIT_ERROR);
 }
 
@@ -155,7 +231,10 @@ fn baseline_hides_known_findings_and_fails_new_ones() {
     assert!(w.stderr.contains("recorded 7 finding(s)"));
     let o = idem(&["audit", "--baseline", b, &spec]);
     assert_eq!(o.code, EXIT_CLEAN, "{}", o.stdout);
-    assert!(o.stdout.contains("7 known finding(s) from the baseline not shown"));
+    assert!(
+        o.stdout
+            .contains("7 known finding(s) from the baseline not shown")
+    );
     assert!(o.stdout.contains("0 errors, 0 warnings, 7 baselined"));
 
     // A new unsafe write fails even though the old ones are known; editing
@@ -166,7 +245,14 @@ fn baseline_hides_known_findings_and_fails_new_ones() {
         "paths:\n  /v2/gift-cards:\n    post:\n      responses:\n        \"201\": { description: Created }\n",
     );
     std::fs::write(&changed, text).unwrap();
-    let o = idem(&["audit", "--format", "json", "--baseline", b, changed.to_str().unwrap()]);
+    let o = idem(&[
+        "audit",
+        "--format",
+        "json",
+        "--baseline",
+        b,
+        changed.to_str().unwrap(),
+    ]);
     assert_eq!(o.code, EXIT_FINDINGS);
     let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
     let fresh = v["diagnostics"].as_array().unwrap();
@@ -194,7 +280,10 @@ fn rules_and_explain() {
     assert!(by_code.stdout.contains("## Why is this bad?"));
     let typo = idem(&["explain", "reaper-before-replay-windw"]);
     assert_eq!(typo.code, EXIT_ERROR);
-    assert!(typo.stderr.contains("did you mean `reaper-before-replay-window`?"));
+    assert!(
+        typo.stderr
+            .contains("did you mean `reaper-before-replay-window`?")
+    );
 }
 
 #[test]
@@ -208,6 +297,10 @@ fn the_binary_is_the_same_program() {
     assert_eq!(out.status.code(), Some(EXIT_FINDINGS));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["summary"]["errors"], 3);
-    let out = std::process::Command::new(&exe).arg("audit").arg("missing.yaml").output().unwrap();
+    let out = std::process::Command::new(&exe)
+        .arg("audit")
+        .arg("missing.yaml")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(EXIT_ERROR));
 }

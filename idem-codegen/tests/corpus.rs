@@ -12,12 +12,19 @@ fn corpus() -> Option<PathBuf> {
 }
 
 fn documents(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).collect();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     entries.sort();
     for path in entries {
         if path.is_dir() {
             documents(&path, out);
-        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
             out.push(path);
         }
     }
@@ -26,8 +33,16 @@ fn documents(dir: &Path, out: &mut Vec<PathBuf>) {
 fn audit(path: &Path) -> (i32, String, String) {
     let mut out = Vec::new();
     let mut err = Vec::new();
-    let code = run(["idem", "audit", "--format", "json", path.to_str().unwrap()], &mut out, &mut err);
-    (code, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
+    let code = run(
+        ["idem", "audit", "--format", "json", path.to_str().unwrap()],
+        &mut out,
+        &mut err,
+    );
+    (
+        code,
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+    )
 }
 
 #[test]
@@ -38,7 +53,11 @@ fn every_corpus_file_audits_or_fails_clearly() {
     };
     let mut files = Vec::new();
     documents(&dir, &mut files);
-    assert!(files.len() > 3000, "expected the whole corpus, found {}", files.len());
+    assert!(
+        files.len() > 3000,
+        "expected the whole corpus, found {}",
+        files.len()
+    );
     let mut audited = 0;
     for file in &files {
         let (code, stdout, stderr) = match std::panic::catch_unwind(|| audit(file)) {
@@ -71,14 +90,20 @@ fn root_documents_are_modelled_faithfully() {
     };
     let summary = |rel: &str| {
         let (code, stdout, stderr) = audit(&dir.join(rel));
-        assert!(code == EXIT_CLEAN || code == EXIT_FINDINGS, "{rel}: {stderr}");
+        assert!(
+            code == EXIT_CLEAN || code == EXIT_FINDINGS,
+            "{rel}: {stderr}"
+        );
         serde_json::from_str::<serde_json::Value>(&stdout).unwrap()
     };
     // Operation counts from the manifest, multi-file ones included.
     for (rel, ops) in [
         ("stripe/spec3.yaml", 468),
         ("progenitor/api.github.com.json", 767),
-        ("digitalocean/specification/DigitalOcean-public.v2.yaml", 659),
+        (
+            "digitalocean/specification/DigitalOcean-public.v2.yaml",
+            659,
+        ),
         ("lob/lob-api-public.yml", 105),
         ("dwolla/specs/spec.yml", 82),
         ("lago/src/openapi.yaml", 202),
@@ -87,17 +112,31 @@ fn root_documents_are_modelled_faithfully() {
         assert_eq!(summary(rel)["summary"]["operations"], ops, "{rel}");
     }
     // Webhook-only documents: nothing to audit as served operations.
-    for rel in ["oai/v3.1/webhook-example.yaml", "adyen/BalancePlatformTransferNotification-v4.json"] {
+    for rel in [
+        "oai/v3.1/webhook-example.yaml",
+        "adyen/BalancePlatformTransferNotification-v4.json",
+    ] {
         let v = summary(rel);
         assert_eq!(v["summary"]["operations"], 0, "{rel}");
         assert!(!v["webhooks"].as_array().unwrap().is_empty(), "{rel}");
     }
     // APIs that declare the Idempotency-Key header have keyed operations.
-    for rel in ["adyen/CheckoutService-v71.json", "xero/xero_accounting.yaml", "resend/resend.yaml", "dwolla/openapi-bundled.yml"] {
-        assert!(summary(rel)["summary"]["keyed"].as_u64().unwrap() > 0, "{rel}");
+    for rel in [
+        "adyen/CheckoutService-v71.json",
+        "xero/xero_accounting.yaml",
+        "resend/resend.yaml",
+        "dwolla/openapi-bundled.yml",
+    ] {
+        assert!(
+            summary(rel)["summary"]["keyed"].as_u64().unwrap() > 0,
+            "{rel}"
+        );
     }
     // Swagger 2.0 is refused with a clear message.
     let (code, _, stderr) = audit(&dir.join("slack/slack_web_openapi_v2.json"));
     assert_eq!(code, EXIT_ERROR);
-    assert!(stderr.contains("unsupported version: Swagger 2.0"), "{stderr}");
+    assert!(
+        stderr.contains("unsupported version: Swagger 2.0"),
+        "{stderr}"
+    );
 }

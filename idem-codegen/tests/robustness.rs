@@ -14,7 +14,11 @@ struct Output {
 fn audit(spec: &Path) -> Output {
     let mut out = Vec::new();
     let mut err = Vec::new();
-    let code = run(["idem", "audit", spec.to_str().unwrap()], &mut out, &mut err);
+    let code = run(
+        ["idem", "audit", spec.to_str().unwrap()],
+        &mut out,
+        &mut err,
+    );
     Output {
         code,
         stdout: String::from_utf8_lossy(&out).into_owned(),
@@ -36,7 +40,11 @@ const HEAD: &str = "openapi: 3.0.3\ninfo: { title: t, version: '1' }\n";
 #[test]
 fn broken_yaml_names_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = write(dir.path(), "broken.yaml", &format!("{HEAD}paths:\n  /a:\n    get: [1, 2\n  /b: {{}}\n"));
+    let spec = write(
+        dir.path(),
+        "broken.yaml",
+        &format!("{HEAD}paths:\n  /a:\n    get: [1, 2\n  /b: {{}}\n"),
+    );
     let o = audit(&spec);
     assert_eq!(o.code, EXIT_ERROR);
     assert!(o.stderr.starts_with("error: "), "{}", o.stderr);
@@ -49,7 +57,9 @@ fn missing_ref_file_is_named_at_the_ref() {
     let spec = write(
         dir.path(),
         "api.yaml",
-        &format!("{HEAD}paths:\n  /a:\n    post:\n      parameters:\n        - $ref: 'params/missing.yaml'\n      responses: {{}}\n"),
+        &format!(
+            "{HEAD}paths:\n  /a:\n    post:\n      parameters:\n        - $ref: 'params/missing.yaml'\n      responses: {{}}\n"
+        ),
     );
     let o = audit(&spec);
     assert_eq!(o.code, EXIT_ERROR);
@@ -69,11 +79,16 @@ fn diagnostics_point_into_the_external_file() {
     let spec = write(
         dir.path(),
         "api.yaml",
-        &format!("{HEAD}paths:\n  /a:\n    post:\n      parameters:\n        - $ref: './params/key.yaml'\n      responses: {{}}\n"),
+        &format!(
+            "{HEAD}paths:\n  /a:\n    post:\n      parameters:\n        - $ref: './params/key.yaml'\n      responses: {{}}\n"
+        ),
     );
     let o = audit(&spec);
     assert!(o.stdout.contains("params/key.yaml:1:1"), "{}", o.stdout);
-    assert!(o.stdout.contains("key parameter `Idempotency-Key` has no `maxLength`"));
+    assert!(
+        o.stdout
+            .contains("key parameter `Idempotency-Key` has no `maxLength`")
+    );
 }
 
 #[test]
@@ -121,10 +136,13 @@ fn recursive_schemas_are_fine() {
 #[test]
 fn alias_bomb_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let mut text = format!("{HEAD}x-bomb:\n  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    let mut text =
+        format!("{HEAD}x-bomb:\n  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
     for i in 1..10 {
         let p = i - 1;
-        text.push_str(&format!("  a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"));
+        text.push_str(&format!(
+            "  a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
     }
     text.push_str("paths: {}\n");
     let spec = write(dir.path(), "bomb.yaml", &text);
@@ -137,15 +155,27 @@ fn alias_bomb_is_refused() {
 #[test]
 fn deep_nesting_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let flow = format!("{HEAD}x-deep: {}{}\npaths: {{}}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let flow = format!(
+        "{HEAD}x-deep: {}{}\npaths: {{}}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
     let o = audit(&write(dir.path(), "flow.yaml", &flow));
     assert_eq!(o.code, EXIT_ERROR);
     assert!(o.stderr.contains("flow.yaml:3:"), "{}", o.stderr);
     let block = format!("{HEAD}x-deep:\n{}x\npaths: {{}}\n", "- ".repeat(100_000));
     let o = audit(&write(dir.path(), "block.yaml", &block));
     assert_eq!(o.code, EXIT_ERROR);
-    assert!(o.stderr.contains("nesting deeper than 256 levels"), "{}", o.stderr);
-    let json = format!("{{\"openapi\": \"3.1.0\", \"x\": {}{}}}", "{\"a\":".repeat(100_000), "}".repeat(100_000));
+    assert!(
+        o.stderr.contains("nesting deeper than 256 levels"),
+        "{}",
+        o.stderr
+    );
+    let json = format!(
+        "{{\"openapi\": \"3.1.0\", \"x\": {}{}}}",
+        "{\"a\":".repeat(100_000),
+        "}".repeat(100_000)
+    );
     let o = audit(&write(dir.path(), "deep.json", &json));
     assert_eq!(o.code, EXIT_ERROR);
 }
@@ -157,11 +187,27 @@ fn odd_documents_get_clear_errors() {
         ("empty.yaml", "", "the file is empty"),
         ("list.yaml", "- a\n- b\n", "not an OpenAPI document"),
         ("noversion.yaml", "info: {}\n", "has no `openapi` field"),
-        ("swagger.json", "{\"swagger\": \"2.0\"}", "unsupported version: Swagger 2.0"),
-        ("v4.yaml", "openapi: 4.0.0\n", "unsupported version: OpenAPI `4.0.0`"),
+        (
+            "swagger.json",
+            "{\"swagger\": \"2.0\"}",
+            "unsupported version: Swagger 2.0",
+        ),
+        (
+            "v4.yaml",
+            "openapi: 4.0.0\n",
+            "unsupported version: OpenAPI `4.0.0`",
+        ),
         ("tabs.yaml", "openapi: 3.0.0\npaths:\n\t/a: {}\n", "error: "),
-        ("remote.yaml", "openapi: 3.0.0\npaths:\n  /a:\n    $ref: 'https://example.com/a.yaml'\n", "remote references are not fetched"),
-        ("pointer.yaml", "openapi: 3.0.0\npaths:\n  /a:\n    $ref: '#/components/pathItems/nope'\n", "does not resolve"),
+        (
+            "remote.yaml",
+            "openapi: 3.0.0\npaths:\n  /a:\n    $ref: 'https://example.com/a.yaml'\n",
+            "remote references are not fetched",
+        ),
+        (
+            "pointer.yaml",
+            "openapi: 3.0.0\npaths:\n  /a:\n    $ref: '#/components/pathItems/nope'\n",
+            "does not resolve",
+        ),
     ];
     for (name, text, expected) in cases {
         let o = audit(&write(dir.path(), name, text));
@@ -201,7 +247,11 @@ fn vocabulary_mistakes_are_findings_not_crashes() {
         "waiving `missing-retry-after` needs a reason",
         "`x-retry` must be a mapping, found a number",
     ] {
-        assert!(o.stdout.contains(expected), "missing {expected:?} in\n{}", o.stdout);
+        assert!(
+            o.stdout.contains(expected),
+            "missing {expected:?} in\n{}",
+            o.stdout
+        );
     }
 }
 
@@ -224,5 +274,8 @@ fn a_large_document_loads() {
     let o = audit(&spec);
     assert_eq!(o.code, 1, "{}", o.stderr);
     let last = o.stdout.lines().last().unwrap();
-    assert!(last.starts_with(&format!("summary: {} operations", i * 2)), "{last}");
+    assert!(
+        last.starts_with(&format!("summary: {} operations", i * 2)),
+        "{last}"
+    );
 }

@@ -173,7 +173,11 @@ pub fn audit(model: &Model) -> Report {
     diagnostics.dedup_by(|a, b| a.pos == b.pos && a.code == b.code && a.message == b.message);
     let mut summary = Summary {
         operations: model.operations.len(),
-        state_changing: model.operations.iter().filter(|o| o.is_state_changing()).count(),
+        state_changing: model
+            .operations
+            .iter()
+            .filter(|o| o.is_state_changing())
+            .count(),
         keyed: model
             .operations
             .iter()
@@ -197,8 +201,14 @@ pub fn audit(model: &Model) -> Report {
 
 /// Recount errors and warnings after the diagnostics changed.
 pub fn count(summary: &mut Summary, diagnostics: &[Diagnostic]) {
-    summary.errors = diagnostics.iter().filter(|d| d.severity == Severity::Error).count();
-    summary.warnings = diagnostics.iter().filter(|d| d.severity == Severity::Warning).count();
+    summary.errors = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .count();
+    summary.warnings = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Warning)
+        .count();
 }
 
 /// Every slug and code, for `allow:` validation.

@@ -4,8 +4,7 @@ use crate::load::{Document, LoadError, LoadFailure};
 use crate::source::Pos;
 use crate::tree::{Node, Value};
 use crate::vocab::{
-    Effect, IdempotencyExt, KeyIn, KeyRequirement, Level, Located, Reader,
-    RetryExt,
+    Effect, IdempotencyExt, KeyIn, KeyRequirement, Level, Located, Reader, RetryExt,
 };
 
 use super::{
@@ -64,7 +63,10 @@ impl<'d> Builder<'d, '_> {
             retry = merge_retry(&speakeasy(alias), retry);
         }
         let mut aliases = Aliases::default();
-        if let Some(list) = root_node.get("x-fern-idempotency-headers").and_then(Node::as_seq) {
+        if let Some(list) = root_node
+            .get("x-fern-idempotency-headers")
+            .and_then(Node::as_seq)
+        {
             aliases.fern_headers = list
                 .iter()
                 .filter_map(|h| h.get("header").and_then(Node::as_str).map(str::to_owned))
@@ -89,7 +91,7 @@ impl<'d> Builder<'d, '_> {
             }
         }
 
-        let root = Root {
+        let mut root = Root {
             idempotency: idem,
             retry,
             prose,
@@ -122,16 +124,25 @@ impl<'d> Builder<'d, '_> {
                 let item = self.doc.resolve(item)?;
                 for (method, method_key) in Method::ALL {
                     if let Some((key, op)) = item.entry(method_key) {
+                        // Calls the API makes: not audited as served
+                        // operations, but what they promise is still read.
+                        let op = self.doc.resolve(op)?;
+                        push_prose(&mut root.prose, op, &["summary", "description"]);
                         webhooks.push(Webhook {
                             name: name.name.clone(),
                             method,
-                            operation_id: op.get("operationId").and_then(Node::as_str).map(str::to_owned),
+                            operation_id: op
+                                .get("operationId")
+                                .and_then(Node::as_str)
+                                .map(str::to_owned),
                             pos: key.pos,
                         });
                     }
                 }
             }
         }
+        root.prose.sort_by_key(|p| p.pos);
+        root.prose.dedup_by_key(|p| p.pos);
         Ok((title, root, operations, webhooks))
     }
 
@@ -167,19 +178,22 @@ impl<'d> Builder<'d, '_> {
             Some(body) => Some(self.request_body(body)?),
             None => None,
         };
-        let responses = self.responses(op)?;
+        let mut prose = Vec::new();
+        let responses = self.responses(op, &mut prose)?;
 
         let mut key_headers: Vec<&str> = vec![settings.header.as_str()];
         key_headers.extend(COMMON_KEY_HEADERS);
         key_headers.extend(aliases.fern_headers.iter().map(String::as_str));
         let key = key_policy(&ext, &parameters, request_body.as_ref(), &key_headers);
 
-        let operation_id = op.get("operationId").and_then(Node::as_str).map(str::to_owned);
+        let operation_id = op
+            .get("operationId")
+            .and_then(Node::as_str)
+            .map(str::to_owned);
         let name = operation_id
             .clone()
             .unwrap_or_else(|| derived_name(method, path));
         let summary = op.get("summary").and_then(Node::as_str).map(str::to_owned);
-        let mut prose = Vec::new();
         push_prose(&mut prose, op, &["summary", "description"]);
 
         let conditional = parameters.iter().any(|p| {
@@ -299,13 +313,15 @@ impl<'d> Builder<'d, '_> {
         Ok(())
     }
 
-    fn responses(&self, op: &'d Node) -> Result<Vec<Response>, LoadError> {
+    /// The responses of `op`; their descriptions are added to `prose`.
+    fn responses(&self, op: &'d Node, prose: &mut Vec<Prose>) -> Result<Vec<Response>, LoadError> {
         let mut out = Vec::new();
         for (status, node) in op.get("responses").and_then(Node::as_map).unwrap_or(&[]) {
             if status.name.starts_with("x-") {
                 continue;
             }
             let response = self.doc.resolve(node)?;
+            push_prose(prose, response, &["description"]);
             let headers = response
                 .get("headers")
                 .and_then(Node::as_map)
@@ -360,10 +376,23 @@ fn key_policy(
                     KeyRequirement::Optional
                 }
             });
-            let name = header
-                .and_then(|i| parameters.get(i))
-                .map_or_else(|| key_headers.first().copied().unwrap_or("Idempotency-Key").to_owned(), |p| p.name.clone());
-            (found, KeySource::Header { name, parameter: header })
+            let name = header.and_then(|i| parameters.get(i)).map_or_else(
+                || {
+                    key_headers
+                        .first()
+                        .copied()
+                        .unwrap_or("Idempotency-Key")
+                        .to_owned()
+                },
+                |p| p.name.clone(),
+            );
+            (
+                found,
+                KeySource::Header {
+                    name,
+                    parameter: header,
+                },
+            )
         }
     };
     let requirement = declared
@@ -509,7 +538,10 @@ mod tests {
 
     #[test]
     fn derived_names() {
-        assert_eq!(derived_name(Method::Post, "/v2/orders/{id}/notes"), "post_v2_orders_by_id_notes");
+        assert_eq!(
+            derived_name(Method::Post, "/v2/orders/{id}/notes"),
+            "post_v2_orders_by_id_notes"
+        );
         assert_eq!(derived_name(Method::Get, "/"), "get");
         assert_eq!(derived_name(Method::Delete, "/a-b.c"), "delete_a_b_c");
     }

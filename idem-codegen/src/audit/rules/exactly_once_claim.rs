@@ -40,11 +40,22 @@ fn check(model: &Model, out: &mut Findings<'_>) {
     let message = |p: &Prose| {
         format!(
             "text claims exactly-once {}; networks deliver at least once and keys only collapse duplicates",
-            if p.text.to_ascii_lowercase().contains("deliver") { "delivery" } else { "processing" }
+            if p.text.to_ascii_lowercase().contains("deliver") {
+                "delivery"
+            } else {
+                "processing"
+            }
         )
     };
-    let help = "say what holds: retries with the same key inside the replay window take effect once".to_owned();
-    for prose in model.root.prose.iter().filter(|p| claims_exactly_once(&p.text)) {
+    let help =
+        "say what holds: retries with the same key inside the replay window take effect once"
+            .to_owned();
+    for prose in model
+        .root
+        .prose
+        .iter()
+        .filter(|p| claims_exactly_once(&p.text))
+    {
         out.document(prose.pos, message(prose), Some(help.clone()));
     }
     for op in &model.operations {
@@ -58,11 +69,19 @@ fn check(model: &Model, out: &mut Findings<'_>) {
 pub(crate) fn claims_exactly_once(text: &str) -> bool {
     let lower = text.to_ascii_lowercase().replace(['\n', '\t'], " ");
     let phrases = ["exactly-once", "exactly once", "exactly one time"];
-    let negations = [
-        "not ", "no ", "never ", "n't ", "cannot ", "without ", "impossible", "myth", "false",
-    ];
+    // A negation governs the phrase only when it is one of the three words
+    // right before it ("not exactly-once", "cannot guarantee exactly once");
+    // "refunds with no fee are processed exactly once" is still a claim.
+    let negations = ["not", "no", "never", "cannot", "without"];
+    let judgements = ["impossible", "myth", "false"];
     // Denials that follow the phrase: "exactly-once delivery is a myth".
-    let denials_after = ["impossible", "myth", "false", "not possible", "isn't possible"];
+    let denials_after = [
+        "impossible",
+        "myth",
+        "false",
+        "not possible",
+        "isn't possible",
+    ];
     let mut found = false;
     for phrase in phrases {
         for (at, _) in lower.match_indices(phrase) {
@@ -73,13 +92,15 @@ pub(crate) fn claims_exactly_once(text: &str) -> bool {
                 .map_or(0, |(i, _)| i);
             let before = &lower[start..at];
             let sentence = before.rsplit(['.', ';', ':']).next().unwrap_or(before);
+            let negated = sentence.split_whitespace().rev().take(3).any(|w| {
+                let w = w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '\'');
+                negations.contains(&w) || w.ends_with("n't")
+            }) || judgements.iter().any(|j| sentence.contains(j));
             let rest = lower.get(at + phrase.len()..).unwrap_or_default();
             let end = rest.char_indices().nth(40).map_or(rest.len(), |(i, _)| i);
             let after = rest.get(..end).unwrap_or(rest);
             let after = after.split(['.', ';', ':']).next().unwrap_or(after);
-            if !negations.iter().any(|n| sentence.contains(n))
-                && !denials_after.iter().any(|n| after.contains(n))
-            {
+            if !negated && !denials_after.iter().any(|n| after.contains(n)) {
                 found = true;
             }
         }
@@ -95,13 +116,29 @@ mod tests {
     fn claims_and_denials() {
         assert!(claims_exactly_once("Guaranteed exactly-once delivery"));
         assert!(claims_exactly_once("Payments are processed exactly once."));
-        assert!(claims_exactly_once("No setup needed. Exactly once processing."));
+        assert!(claims_exactly_once(
+            "No setup needed. Exactly once processing."
+        ));
         assert!(!claims_exactly_once("This is not exactly-once delivery"));
-        assert!(!claims_exactly_once("We never promise exactly once processing"));
+        assert!(claims_exactly_once(
+            "Refunds with no fee are processed exactly once"
+        ));
+        assert!(claims_exactly_once(
+            "Our piano lessons are billed exactly once"
+        ));
+        assert!(!claims_exactly_once(
+            "We never promise exactly once processing"
+        ));
         assert!(!claims_exactly_once("Delivered at least once"));
-        assert!(!claims_exactly_once("Exactly one of the fields must be set"));
-        assert!(!claims_exactly_once("Exactly-once delivery is impossible over a network"));
+        assert!(!claims_exactly_once(
+            "Exactly one of the fields must be set"
+        ));
+        assert!(!claims_exactly_once(
+            "Exactly-once delivery is impossible over a network"
+        ));
         assert!(!claims_exactly_once("Exactly once processing is a myth."));
-        assert!(claims_exactly_once("Processed exactly once. Losing an event is impossible."));
+        assert!(claims_exactly_once(
+            "Processed exactly once. Losing an event is impossible."
+        ));
     }
 }

@@ -52,8 +52,14 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
         out.operation(
             op,
             p.pos,
-            format!("the idempotency key `{}` is a {} parameter", p.name, p.location),
-            Some(format!("send it in the `{}` header: query strings end up in logs and caches", op.settings.header)),
+            format!(
+                "the idempotency key `{}` is a {} parameter",
+                p.name, p.location
+            ),
+            Some(format!(
+                "send it in the `{}` header: query strings end up in logs and caches",
+                op.settings.header
+            )),
         );
     }
     let declared = op.key.declared;
@@ -67,7 +73,9 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
             op.parameters.iter().find(|p| {
                 p.location == "header"
                     && (p.name.eq_ignore_ascii_case(&op.settings.header)
-                        || crate::model::COMMON_KEY_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(&p.name)))
+                        || crate::model::COMMON_KEY_HEADERS
+                            .iter()
+                            .any(|h| h.eq_ignore_ascii_case(&p.name)))
             })
         })
         .flatten();
@@ -75,7 +83,10 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
         out.operation(
             op,
             d.pos,
-            format!("`key: none` but the operation declares the `{}` header", p.name),
+            format!(
+                "`key: none` but the operation declares the `{}` header",
+                p.name
+            ),
             Some("remove the parameter, or declare `key: optional` or `required`".into()),
         );
     }
@@ -84,7 +95,11 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
             out.operation(
                 op,
                 p.pos,
-                format!("key parameter `{}` is of type `{}`, not a string", p.name, p.schema_type.as_deref().unwrap_or("")),
+                format!(
+                    "key parameter `{}` is of type `{}`, not a string",
+                    p.name,
+                    p.schema_type.as_deref().unwrap_or("")
+                ),
                 Some("keys are opaque strings such as UUIDs or `order-739-confirm`".into()),
             );
         }
@@ -104,7 +119,11 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
             Some(_) => {}
         }
         if let Some(d) = declared {
-            let param_says = if p.required { KeyRequirement::Required } else { KeyRequirement::Optional };
+            let param_says = if p.required {
+                KeyRequirement::Required
+            } else {
+                KeyRequirement::Optional
+            };
             if d.value != KeyRequirement::None && d.value != param_says {
                 // At the operation's `key:`, not the parameter: a shared
                 // parameter would put every operation's finding on one line,
@@ -112,8 +131,16 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
                 out.operation(
                     op,
                     d.pos,
-                    format!("`key: {}` but parameter `{}` is {}", d.value, p.name, if p.required { "required" } else { "optional" }),
-                    Some(format!("make them agree: `required: {}` on the parameter", d.value == KeyRequirement::Required)),
+                    format!(
+                        "`key: {}` but parameter `{}` is {}",
+                        d.value,
+                        p.name,
+                        if p.required { "required" } else { "optional" }
+                    ),
+                    Some(format!(
+                        "make them agree: `required: {}` on the parameter",
+                        d.value == KeyRequirement::Required
+                    )),
                 );
             }
         }
@@ -122,11 +149,17 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
             Some(KeySource::Header { name, .. }) => out.operation(
                 op,
                 d.pos,
-                format!("`key: {}` but the operation does not declare the `{name}` header", d.value),
+                format!(
+                    "`key: {}` but the operation does not declare the `{name}` header",
+                    d.value
+                ),
                 Some("declare the header parameter so clients and docs show it".into()),
             ),
             Some(KeySource::Body { field }) => {
-                let has_field = op.request_body.as_ref().is_some_and(|b| b.properties.iter().any(|p| p == field));
+                let has_field = op
+                    .request_body
+                    .as_ref()
+                    .is_some_and(|b| b.properties.iter().any(|p| p == field));
                 if !has_field {
                     out.operation(
                         op,

@@ -37,12 +37,25 @@ responses:
     check,
 };
 
-const MISMATCH_WORDS: &[&str] = &["reused", "mismatch", "different", "does not match", "doesn't match"];
+const MISMATCH_WORDS: &[&str] = &[
+    "reused",
+    "mismatch",
+    "different",
+    "does not match",
+    "doesn't match",
+];
 
 fn check(model: &Model, out: &mut Findings<'_>) {
-    for op in model.operations.iter().filter(|o| o.class == RetryClass::Keyed) {
+    for op in model
+        .operations
+        .iter()
+        .filter(|o| o.class == RetryClass::Keyed)
+    {
         let in_flight = op.response("409").is_some();
-        let mismatch = op.response("422").is_some() || op.response("409").is_some_and(|r| mentions_mismatch(&r.text));
+        let mismatch = op.response("422").is_some()
+            || op
+                .response("409")
+                .is_some_and(|r| mentions_mismatch(&r.text));
         let missing = match (in_flight, mismatch) {
             (true, true) => continue,
             (false, false) => "either key conflict (in-flight `409`, payload mismatch `409`/`422`)",

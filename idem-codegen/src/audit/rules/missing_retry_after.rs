@@ -37,7 +37,11 @@ responses:
 
 fn check(model: &Model, out: &mut Findings<'_>) {
     for op in &model.operations {
-        for r in op.responses.iter().filter(|r| r.status == "429" || r.status == "503") {
+        for r in op
+            .responses
+            .iter()
+            .filter(|r| r.status == "429" || r.status == "503")
+        {
             if r.has_header("Retry-After") {
                 continue;
             }

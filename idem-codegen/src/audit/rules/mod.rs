@@ -46,7 +46,11 @@ pub(crate) fn settings_scopes(
     let mut scopes = vec![None];
     for op in &model.operations {
         let own = fields(&op.ext);
-        if own.iter().zip(&root_fields).any(|(o, r)| o.is_some() && o != r) {
+        if own
+            .iter()
+            .zip(&root_fields)
+            .any(|(o, r)| o.is_some() && o != r)
+        {
             scopes.push(Some(op));
         }
     }

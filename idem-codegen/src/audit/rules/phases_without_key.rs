@@ -44,7 +44,10 @@ fn check(model: &Model, out: &mut Findings<'_>) {
         out.operation(
             op,
             phases.pos,
-            format!("{} {} declares phases but accepts no idempotency key to resume them by", op.method, op.path),
+            format!(
+                "{} {} declares phases but accepts no idempotency key to resume them by",
+                op.method, op.path
+            ),
             Some("add `key: required` and the key header parameter".into()),
         );
     }

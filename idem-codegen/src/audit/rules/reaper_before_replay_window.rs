@@ -35,9 +35,8 @@ x-idempotency:
 };
 
 fn check(model: &Model, out: &mut Findings<'_>) {
-    let fields = |e: &crate::vocab::IdempotencyExt| {
-        vec![pos_of(&e.reaper_after), pos_of(&e.replay_window)]
-    };
+    let fields =
+        |e: &crate::vocab::IdempotencyExt| vec![pos_of(&e.reaper_after), pos_of(&e.replay_window)];
     for scope in settings_scopes(model, fields) {
         let ext = scope.map_or(&model.root.idempotency, |op| &op.ext);
         let settings = key_settings(ext);
@@ -47,7 +46,11 @@ fn check(model: &Model, out: &mut Findings<'_>) {
         let Some(pos) = blame(ext, &model.root.idempotency, fields) else {
             continue;
         };
-        let defaulted = if ext.reaper_after.is_none() { " (the default)" } else { "" };
+        let defaulted = if ext.reaper_after.is_none() {
+            " (the default)"
+        } else {
+            ""
+        };
         let message = format!(
             "reaper-after {}{defaulted} deletes records before the {} replay window ends",
             format_duration(settings.reaper_after),

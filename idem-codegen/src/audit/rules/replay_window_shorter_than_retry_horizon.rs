@@ -40,9 +40,8 @@ x-idempotency:
 };
 
 fn check(model: &Model, out: &mut Findings<'_>) {
-    let fields = |e: &crate::vocab::IdempotencyExt| {
-        vec![pos_of(&e.replay_window), pos_of(&e.retry_horizon)]
-    };
+    let fields =
+        |e: &crate::vocab::IdempotencyExt| vec![pos_of(&e.replay_window), pos_of(&e.retry_horizon)];
     for scope in settings_scopes(model, fields) {
         let ext = scope.map_or(&model.root.idempotency, |op| &op.ext);
         let settings = key_settings(ext);

@@ -35,15 +35,25 @@ x-idempotency:
 };
 
 fn check(model: &Model, out: &mut Findings<'_>) {
-    for op in model.operations.iter().filter(|o| o.class == RetryClass::Keyed) {
+    for op in model
+        .operations
+        .iter()
+        .filter(|o| o.class == RetryClass::Keyed)
+    {
         if op.settings.failure_replay.is_some() {
             continue;
         }
         out.operation(
             op,
             op.pos,
-            format!("keyed operation {} {} has no failure-replay decision", op.method, op.path),
-            Some("set `failure-replay: verbatim` or `reattempt` under the root `x-idempotency`".into()),
+            format!(
+                "keyed operation {} {} has no failure-replay decision",
+                op.method, op.path
+            ),
+            Some(
+                "set `failure-replay: verbatim` or `reattempt` under the root `x-idempotency`"
+                    .into(),
+            ),
         );
     }
 }

@@ -53,7 +53,11 @@ or, when a key is not possible yet, warn integrators:
 };
 
 fn check(model: &Model, out: &mut Findings<'_>) {
-    for op in model.operations.iter().filter(|o| o.class == RetryClass::Unsafe) {
+    for op in model
+        .operations
+        .iter()
+        .filter(|o| o.class == RetryClass::Unsafe)
+    {
         let message = match op.declared_effect {
             Some(effect) if op.method.default_effect().is_some() => format!(
                 "{} {} declares effect `{}`, which breaks the idempotency RFC 9110 promises for {}, and it accepts no idempotency key",
