@@ -249,6 +249,8 @@ pub struct Operation {
     pub parameters: Vec<Parameter>,
     pub request_body: Option<RequestBody>,
     pub responses: Vec<Response>,
+    /// The `responses` key, where findings about missing responses point.
+    pub responses_pos: Option<Pos>,
     /// The declared effect, if any.
     pub declared_effect: Option<Located<Effect>>,
     pub key: KeyPolicy,

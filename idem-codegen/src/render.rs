@@ -51,7 +51,9 @@ fn token_span(line: &str, column: u32) -> std::ops::Range<usize> {
         .map_or(line.len(), |(i, _)| i);
     let rest = &line[start..];
     let quoted = rest.starts_with(['"', '\'']);
-    let len = if quoted {
+    let len = if rest.starts_with(['{', '[']) {
+        flow_len(rest)
+    } else if quoted {
         let q = rest.as_bytes()[0];
         rest[1..].find(q as char).map_or(rest.len(), |i| i + 2)
     } else {
@@ -72,6 +74,29 @@ pub struct Message<'a> {
     pub label: &'a str,
     /// `help:` lines.
     pub notes: &'a [String],
+}
+
+/// Length of the flow collection `{…}` / `[…]` that starts `text`, or the
+/// rest of the line when it does not close on it.
+fn flow_len(text: &str) -> usize {
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    for (i, c) in text.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '{' | '[') => depth += 1,
+            (None, '}' | ']') => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    text.len()
 }
 
 /// One rustc-style message with its snippet.
@@ -372,6 +397,9 @@ mod tests {
         assert_eq!(token_span("  scope: global", 10), 9..15);
         assert_eq!(token_span("  x: \"a b\"", 6), 5..10);
         assert_eq!(token_span("", 1), 0..0);
+        assert_eq!(token_span("  - { name: id, in: path }", 5), 4..26);
+        assert_eq!(token_span("  x: [a, 'b]', c] # note", 6), 5..17);
+        assert_eq!(token_span("  x: {a: [", 6), 5..10);
     }
 
     #[test]

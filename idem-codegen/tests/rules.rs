@@ -113,7 +113,7 @@ rule_fixtures! {
         (99, "IDEM007"), (111, "IDEM007"), (122, "IDEM007"), (133, "IDEM007"), (135, "IDEM007"),
     ];
     missing_conflict_responses: "missing-conflict-responses" => [
-        (22, "IDEM008"), (33, "IDEM008"), (44, "IDEM008"), (51, "IDEM008"),
+        (21, "IDEM008"), (32, "IDEM008"), (43, "IDEM008"), (51, "IDEM008"),
     ];
     undecided_failure_replay: "undecided-failure-replay" => [(18, "IDEM009"), (32, "IDEM009")];
     key_parameter_shape: "key-parameter-shape" => [

@@ -210,6 +210,7 @@ impl<'d> Builder<'d, '_> {
             parameters,
             request_body,
             responses,
+            responses_pos: op.entry("responses").map(|(k, _)| k.pos),
             declared_effect: ext.effect,
             key,
             class: RetryClass::Unsafe,

@@ -77,5 +77,5 @@ fn mentions_mismatch(text: &str) -> bool {
 }
 
 fn responses_pos(op: &Operation) -> crate::source::Pos {
-    op.responses.first().map_or(op.pos, |r| r.pos)
+    op.responses_pos.unwrap_or(op.pos)
 }

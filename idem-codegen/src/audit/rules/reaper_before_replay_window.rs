@@ -57,7 +57,7 @@ fn check(model: &Model, out: &mut Findings<'_>) {
             format_duration(settings.replay_window)
         );
         let help = Some(format!(
-            "set `reaper-after` above {}, with room for humans to recover failed requests",
+            "set `reaper-after` to at least {}, better well above it, so people can recover failed requests",
             format_duration(settings.replay_window)
         ));
         match scope {
