@@ -111,32 +111,6 @@ impl Document {
         }
     }
 
-    /// Build a document from text in memory (used by tests and the macro).
-    pub fn from_text(name: &str, text: String) -> Result<Document, Box<LoadFailure>> {
-        let limits = Limits::default();
-        let mut loader = Loader {
-            sources: SourceMap::default(),
-            trees: Vec::new(),
-            by_path: HashMap::new(),
-            limits: &limits,
-        };
-        let path = PathBuf::from(name);
-        let result = loader.add_text(path, text).and_then(|id| loader.finish(id));
-        match result {
-            Ok((version, version_text)) => Ok(Document {
-                sources: loader.sources,
-                trees: loader.trees,
-                by_path: loader.by_path,
-                version,
-                version_text,
-            }),
-            Err(error) => Err(Box::new(LoadFailure {
-                error,
-                sources: loader.sources,
-            })),
-        }
-    }
-
     /// The root document's tree.
     pub fn root(&self) -> &Node {
         // A Document is only built after the root tree was parsed.

@@ -91,29 +91,29 @@ impl Findings<'_> {
 
     /// A finding about one operation.
     pub fn operation(&mut self, op: &Operation, pos: Pos, message: String, help: Option<String>) {
+        let target = OperationRef {
+            method: op.method,
+            path: op.path.clone(),
+            operation_id: op.operation_id.clone(),
+        };
         // The operation's waivers include the root's.
-        if self.waives(&op.waivers) {
-            self.waived += 1;
-            return;
-        }
-        self.out.push(Diagnostic {
-            code: self.rule.code,
-            rule: self.rule.slug,
-            severity: self.rule.severity,
-            message,
-            help,
-            pos,
-            operation: Some(OperationRef {
-                method: op.method,
-                path: op.path.clone(),
-                operation_id: op.operation_id.clone(),
-            }),
-        });
+        self.push(&op.waivers, pos, message, help, Some(target));
     }
 
     /// A finding about the document as a whole.
     pub fn document(&mut self, pos: Pos, message: String, help: Option<String>) {
-        if self.waives(self.root_waivers) {
+        self.push(self.root_waivers, pos, message, help, None);
+    }
+
+    fn push(
+        &mut self,
+        waivers: &[Waiver],
+        pos: Pos,
+        message: String,
+        help: Option<String>,
+        operation: Option<OperationRef>,
+    ) {
+        if self.waives(waivers) {
             self.waived += 1;
             return;
         }
@@ -124,7 +124,7 @@ impl Findings<'_> {
             message,
             help,
             pos,
-            operation: None,
+            operation,
         });
     }
 }
