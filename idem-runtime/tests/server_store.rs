@@ -26,7 +26,9 @@ async fn claim_has_exactly_one_winner<DB: Backend>(store: Store<DB>) {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let mut tx = store.pool().begin().await.unwrap();
-            let won = DB::claim(&mut tx, &claim("acct", "k1", "fp", 1_000)).await.unwrap();
+            let won = DB::claim(&mut tx, &claim("acct", "k1", "fp", 1_000))
+                .await
+                .unwrap();
             tx.commit().await.unwrap();
             won
         }));
@@ -40,30 +42,55 @@ async fn claim_has_exactly_one_winner<DB: Backend>(store: Store<DB>) {
     assert_eq!(winners, 1);
     // Another scope is another key.
     let mut tx = store.pool().begin().await.unwrap();
-    assert_eq!(DB::claim(&mut tx, &claim("other", "k1", "fp", 1_000)).await.unwrap(), Some(1));
+    assert_eq!(
+        DB::claim(&mut tx, &claim("other", "k1", "fp", 1_000))
+            .await
+            .unwrap(),
+        Some(1)
+    );
     let record = DB::load(&mut tx, "acct", "k1").await.unwrap().unwrap();
     assert_eq!(record.state, KeyState::InFlight);
     assert_eq!(record.fingerprint, "fp");
     assert_eq!(record.lock_generation, 1);
     assert_eq!(record.locked_at, Some(1_000));
     assert!(record.response.is_none());
-    assert!(DB::load(&mut tx, "acct", "missing").await.unwrap().is_none());
+    assert!(
+        DB::load(&mut tx, "acct", "missing")
+            .await
+            .unwrap()
+            .is_none()
+    );
     tx.commit().await.unwrap();
 }
 on_every_backend!(claim_has_exactly_one_winner);
 
 async fn complete_is_fenced_by_generation<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 10)).await.unwrap().unwrap();
+    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 10))
+        .await
+        .unwrap()
+        .unwrap();
     let response = StoredResponse {
         status: 201,
         headers: vec![("content-type".into(), "application/json".into())],
         body: bytes::Bytes::from_static(b"{\"id\":1}\x00\xff"),
     };
-    assert!(!DB::complete(&mut tx, "a", "k", generation + 1, &response, 20).await.unwrap());
-    assert!(DB::complete(&mut tx, "a", "k", generation, &response, 20).await.unwrap());
+    assert!(
+        !DB::complete(&mut tx, "a", "k", generation + 1, &response, 20)
+            .await
+            .unwrap()
+    );
+    assert!(
+        DB::complete(&mut tx, "a", "k", generation, &response, 20)
+            .await
+            .unwrap()
+    );
     // Complete is terminal.
-    assert!(!DB::complete(&mut tx, "a", "k", generation, &response, 30).await.unwrap());
+    assert!(
+        !DB::complete(&mut tx, "a", "k", generation, &response, 30)
+            .await
+            .unwrap()
+    );
     tx.commit().await.unwrap();
     let mut conn = store.pool().acquire().await.unwrap();
     let record = DB::load(&mut conn, "a", "k").await.unwrap().unwrap();
@@ -74,37 +101,74 @@ on_every_backend!(complete_is_fenced_by_generation);
 
 async fn take_over_needs_a_stale_lock<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 1_000)).await.unwrap().unwrap();
+    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 1_000))
+        .await
+        .unwrap()
+        .unwrap();
     // Lock taken at 1000: a cutoff at or before it finds nothing to take.
-    assert_eq!(DB::take_over(&mut tx, "a", "k", 1_000, 2_000).await.unwrap(), None);
-    let taken = DB::take_over(&mut tx, "a", "k", 1_001, 2_000).await.unwrap().unwrap();
+    assert_eq!(
+        DB::take_over(&mut tx, "a", "k", 1_000, 2_000)
+            .await
+            .unwrap(),
+        None
+    );
+    let taken = DB::take_over(&mut tx, "a", "k", 1_001, 2_000)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(taken, generation + 1);
     // The old holder is fenced off; the new one advances and refreshes the lock.
-    assert!(!DB::advance(&mut tx, "a", "k", generation, "x", 2_100).await.unwrap());
-    assert!(DB::advance(&mut tx, "a", "k", taken, "charged", 2_100).await.unwrap());
+    assert!(
+        !DB::advance(&mut tx, "a", "k", generation, "x", 2_100)
+            .await
+            .unwrap()
+    );
+    assert!(
+        DB::advance(&mut tx, "a", "k", taken, "charged", 2_100)
+            .await
+            .unwrap()
+    );
     let record = DB::load(&mut tx, "a", "k").await.unwrap().unwrap();
     assert_eq!(record.recovery_point, "charged");
     assert_eq!(record.locked_at, Some(2_100));
     // Released: takeable at once.
     assert!(DB::release(&mut tx, "a", "k", taken).await.unwrap());
-    assert_eq!(DB::take_over(&mut tx, "a", "k", 0, 2_200).await.unwrap(), Some(taken + 1));
+    assert_eq!(
+        DB::take_over(&mut tx, "a", "k", 0, 2_200).await.unwrap(),
+        Some(taken + 1)
+    );
     tx.commit().await.unwrap();
 }
 on_every_backend!(take_over_needs_a_stale_lock);
 
 async fn expired_records_are_reclaimed_once<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let g = DB::claim(&mut tx, &claim("a", "k", "old", 1_000)).await.unwrap().unwrap();
+    let g = DB::claim(&mut tx, &claim("a", "k", "old", 1_000))
+        .await
+        .unwrap()
+        .unwrap();
     let response = StoredResponse {
         status: 200,
         headers: vec![],
         body: bytes::Bytes::from_static(b"old"),
     };
-    assert!(DB::complete(&mut tx, "a", "k", g, &response, 1_000).await.unwrap());
+    assert!(
+        DB::complete(&mut tx, "a", "k", g, &response, 1_000)
+            .await
+            .unwrap()
+    );
     let fresh = claim("a", "k", "new", 5_000);
     // Not yet expired (cutoff before creation).
-    assert_eq!(DB::reclaim_expired(&mut tx, &fresh, 900, 4_000).await.unwrap(), None);
-    let g2 = DB::reclaim_expired(&mut tx, &fresh, 2_000, 4_000).await.unwrap().unwrap();
+    assert_eq!(
+        DB::reclaim_expired(&mut tx, &fresh, 900, 4_000)
+            .await
+            .unwrap(),
+        None
+    );
+    let g2 = DB::reclaim_expired(&mut tx, &fresh, 2_000, 4_000)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(g2, g + 1);
     let record = DB::load(&mut tx, "a", "k").await.unwrap().unwrap();
     assert_eq!(record.state, KeyState::InFlight);
@@ -112,7 +176,12 @@ async fn expired_records_are_reclaimed_once<DB: Backend>(store: Store<DB>) {
     assert_eq!(record.created_at, 5_000);
     assert!(record.response.is_none());
     // Now fresh: a second reclaim finds nothing.
-    assert_eq!(DB::reclaim_expired(&mut tx, &fresh, 2_000, 4_000).await.unwrap(), None);
+    assert_eq!(
+        DB::reclaim_expired(&mut tx, &fresh, 2_000, 4_000)
+            .await
+            .unwrap(),
+        None
+    );
     tx.commit().await.unwrap();
 }
 on_every_backend!(expired_records_are_reclaimed_once);
@@ -139,13 +208,17 @@ async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
         derived_key: Some("p:charge".into()),
         output: None,
     };
-    DB::record_step(&mut tx, "a", "p", &intent, 1_000).await.unwrap();
+    DB::record_step(&mut tx, "a", "p", &intent, 1_000)
+        .await
+        .unwrap();
     let done = StepRecord {
         status: StepStatus::Done,
         output: Some("\"ch_1\"".into()),
         ..intent.clone()
     };
-    DB::record_step(&mut tx, "a", "p", &done, 1_100).await.unwrap();
+    DB::record_step(&mut tx, "a", "p", &done, 1_100)
+        .await
+        .unwrap();
     let steps = DB::load_steps(&mut tx, "a", "p").await.unwrap();
     assert_eq!(steps.len(), 1);
     assert_eq!(steps[0].status, StepStatus::Done);
@@ -154,10 +227,24 @@ async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
     assert_eq!(record.request, Some(request.clone()));
     assert_eq!(record.operation.as_deref(), Some("checkout"));
     // A single-phase claim is never reported as abandoned: nothing could resume it.
-    DB::claim(&mut tx, &claim("a", "single", "fp", 1_000)).await.unwrap().unwrap();
-    let c = DB::claim(&mut tx, &claim("a", "done", "fp", 1_000)).await.unwrap().unwrap();
-    let resp = StoredResponse { status: 200, headers: vec![], body: bytes::Bytes::new() };
-    assert!(DB::complete(&mut tx, "a", "done", c, &resp, 1_000).await.unwrap());
+    DB::claim(&mut tx, &claim("a", "single", "fp", 1_000))
+        .await
+        .unwrap()
+        .unwrap();
+    let c = DB::claim(&mut tx, &claim("a", "done", "fp", 1_000))
+        .await
+        .unwrap()
+        .unwrap();
+    let resp = StoredResponse {
+        status: 200,
+        headers: vec![],
+        body: bytes::Bytes::new(),
+    };
+    assert!(
+        DB::complete(&mut tx, "a", "done", c, &resp, 1_000)
+            .await
+            .unwrap()
+    );
     assert_eq!(
         DB::abandoned(&mut tx, 2_000, 10).await.unwrap(),
         vec![("a".to_owned(), "p".to_owned())]

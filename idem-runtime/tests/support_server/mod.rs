@@ -55,11 +55,13 @@ macro_rules! impl_test_db {
                 body: &'a str,
             ) -> BoxFuture<'a, Result<i64, sqlx::Error>> {
                 Box::pin(async move {
-                    sqlx::query_scalar("INSERT INTO orders (scope, body) VALUES ($1, $2) RETURNING id")
-                        .bind(scope)
-                        .bind(body)
-                        .fetch_one(&mut *conn)
-                        .await
+                    sqlx::query_scalar(
+                        "INSERT INTO orders (scope, body) VALUES ($1, $2) RETURNING id",
+                    )
+                    .bind(scope)
+                    .bind(body)
+                    .fetch_one(&mut *conn)
+                    .await
                 })
             }
             fn count_orders(store: &Store<Self>) -> BoxFuture<'_, i64> {
@@ -78,7 +80,10 @@ macro_rules! impl_test_db {
                         .unwrap()
                 })
             }
-            fn key_state<'a>(store: &'a Store<Self>, key: &'a str) -> BoxFuture<'a, Option<String>> {
+            fn key_state<'a>(
+                store: &'a Store<Self>,
+                key: &'a str,
+            ) -> BoxFuture<'a, Option<String>> {
                 Box::pin(async move {
                     sqlx::query_scalar("SELECT state FROM idem_keys WHERE idem_key = $1")
                         .bind(key)
@@ -107,11 +112,9 @@ macro_rules! impl_test_db {
 impl_test_db!(
     Sqlite,
     "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY AUTOINCREMENT, scope TEXT NOT NULL, body TEXT NOT NULL)",
-    [
-        "CREATE TRIGGER idem_fault BEFORE UPDATE ON idem_keys \
+    ["CREATE TRIGGER idem_fault BEFORE UPDATE ON idem_keys \
          WHEN NEW.state = 'complete' AND NEW.idem_key LIKE 'fault%' \
-         BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
-    ],
+         BEGIN SELECT RAISE(ABORT, 'injected fault'); END"],
     "DROP TRIGGER idem_fault"
 );
 impl_test_db!(
@@ -151,7 +154,11 @@ pub fn postgres_url(test: &str) -> Option<String> {
 pub async fn postgres(test: &str) -> Option<Store<Postgres>> {
     let url = postgres_url(test)?;
     let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-    let admin = PgPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
     sqlx::query(&format!("CREATE SCHEMA {schema}"))
         .execute(&admin)
         .await

@@ -1,0 +1,719 @@
+#![cfg(feature = "server")]
+//! The key protocol end to end: real HTTP over loopback into an axum app
+//! backed by SQLite and PostgreSQL.
+
+mod support_server;
+
+use std::marker::PhantomData;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use http::StatusCode;
+use idem_runtime::server::{
+    BoxFuture, ConfigError, FailureReplay, ForeignCall, HeaderScope, IdemTx, Idempotency,
+    IdempotencyKey, InFlight, MismatchStatus, Operation, Policy, Reply, Run, StepError, Store,
+};
+use serde_json::{Value, json};
+use support_server::{TestDb, serve};
+use tokio::sync::Notify;
+
+/// The business handler: one row per execution, its id in the body.
+async fn create_order<DB: TestDb>(
+    key: IdempotencyKey,
+    mut tx: IdemTx<DB>,
+    body: Bytes,
+) -> Response {
+    let text = String::from_utf8_lossy(&body).into_owned();
+    if text.contains("\"fail\"") {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "upstream broke").into_response();
+    }
+    let id = match DB::insert_order(&mut tx, &key.scope, &text).await {
+        Ok(id) => id,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    if text.contains("\"panic\"") {
+        panic!("injected crash after the effect");
+    }
+    if text.contains("\"huge\"") {
+        return (StatusCode::CREATED, vec![b'x'; 64 * 1024]).into_response();
+    }
+    let out = json!({ "id": id, "scope": key.scope, "nonce": uuid::Uuid::new_v4().to_string() });
+    (
+        StatusCode::CREATED,
+        [
+            ("content-type", "application/json"),
+            ("set-cookie", "session=secret"),
+            ("x-order-id", &id.to_string()),
+            ("x-not-listed", "first-only"),
+        ],
+        out.to_string(),
+    )
+        .into_response()
+}
+
+async fn app<DB: TestDb>(store: Store<DB>, policy: Policy) -> (SocketAddr, Idempotency<DB>) {
+    let idem = Idempotency::builder(store)
+        .policy(
+            policy
+                .replay_header("x-order-id")
+                .max_response_body(16 * 1024)
+                .max_request_body(8 * 1024),
+        )
+        .scope(HeaderScope::new("x-account-id"))
+        .build()
+        .unwrap();
+    let router = Router::new()
+        .route("/orders", post(create_order::<DB>))
+        .route_layer(idem.layer());
+    (serve(router).await, idem)
+}
+
+fn post_order(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    account: &str,
+    key: &str,
+    body: &str,
+) -> reqwest::RequestBuilder {
+    client
+        .post(format!("http://{addr}/orders"))
+        .header("x-account-id", account)
+        .header("idempotency-key", key)
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+}
+
+async fn code(response: reqwest::Response) -> (StatusCode, String) {
+    let status = response.status();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    (status, body["code"].as_str().unwrap_or("").to_owned())
+}
+
+async fn concurrency_gate<DB: TestDb>(store: Store<DB>) {
+    let (addr, _) = app(store.clone(), Policy::new()).await;
+    let client = reqwest::Client::new();
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        let request = post_order(&client, addr, "acct-1", "gate-key", r#"{"amount":5}"#);
+        tasks.push(tokio::spawn(async move { request.send().await.unwrap() }));
+    }
+    let (mut first, mut replays, mut in_use) = (0, 0, 0);
+    let mut bodies = std::collections::HashSet::new();
+    for task in tasks {
+        let response = task.await.unwrap();
+        let status = response.status();
+        assert!(!status.is_server_error(), "a caller got {status}");
+        let replayed = response.headers().contains_key("idempotent-replayed");
+        if status == StatusCode::CREATED {
+            if replayed {
+                replays += 1
+            } else {
+                first += 1
+            }
+            bodies.insert(response.text().await.unwrap());
+        } else {
+            assert_eq!(
+                code(response).await,
+                (StatusCode::CONFLICT, "idempotency_key_in_use".into())
+            );
+            in_use += 1;
+        }
+    }
+    assert_eq!(first, 1);
+    assert_eq!(first + replays + in_use, 100);
+    assert_eq!(
+        bodies.len(),
+        1,
+        "every replay carries the first response's body"
+    );
+    assert_eq!(DB::count_orders(&store).await, 1);
+}
+on_every_backend!(concurrency_gate);
+
+async fn payload_mismatch_is_refused_without_effect<DB: TestDb>(store: Store<DB>) {
+    let (addr, _) = app(store.clone(), Policy::new()).await;
+    let client = reqwest::Client::new();
+    let ok = post_order(&client, addr, "a", "k-mismatch", r#"{"amount":5}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::CREATED);
+    // Same JSON, other key order and spacing: the same request.
+    let same = post_order(&client, addr, "a", "k-mismatch", r#"{ "amount" : 5 }"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(same.headers()["idempotent-replayed"], "true");
+    let other = post_order(&client, addr, "a", "k-mismatch", r#"{"amount":6}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        code(other).await,
+        (StatusCode::CONFLICT, "idempotency_key_reused".into())
+    );
+    assert_eq!(DB::count_orders(&store).await, 1);
+
+    let (addr422, _) = app(
+        store.clone(),
+        Policy::new().mismatch_status(MismatchStatus::UnprocessableEntity),
+    )
+    .await;
+    let other = post_order(&client, addr422, "a", "k-mismatch", r#"{"amount":7}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        code(other).await,
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency_key_reused".into()
+        )
+    );
+    assert_eq!(DB::count_orders(&store).await, 1);
+}
+on_every_backend!(payload_mismatch_is_refused_without_effect);
+
+async fn callers_are_isolated<DB: TestDb>(store: Store<DB>) {
+    let (addr, _) = app(store.clone(), Policy::new()).await;
+    let client = reqwest::Client::new();
+    let a = post_order(&client, addr, "alice", "shared", r#"{"n":1}"#)
+        .send()
+        .await
+        .unwrap();
+    let a: Value = a.json().await.unwrap();
+    let b = post_order(&client, addr, "bob", "shared", r#"{"n":1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert!(!b.headers().contains_key("idempotent-replayed"));
+    let b: Value = b.json().await.unwrap();
+    assert_eq!(a["scope"], "alice");
+    assert_eq!(b["scope"], "bob");
+    assert_ne!(a["id"], b["id"]);
+    assert_eq!(DB::count_orders(&store).await, 2);
+    // Without an identified caller there is no scope: refused before any effect.
+    let anonymous = client
+        .post(format!("http://{addr}/orders"))
+        .header("idempotency-key", "shared")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        code(anonymous).await,
+        (StatusCode::UNAUTHORIZED, "caller_unidentified".into())
+    );
+    assert_eq!(DB::count_orders(&store).await, 2);
+    // And no scope source at all is a configuration error, not a global scope.
+    let unscoped = Idempotency::builder(store.clone()).build();
+    assert!(matches!(unscoped, Err(ConfigError::MissingScope)));
+}
+on_every_backend!(callers_are_isolated);
+
+async fn replays_are_byte_for_byte<DB: TestDb>(store: Store<DB>) {
+    let (addr, _) = app(store.clone(), Policy::new()).await;
+    let client = reqwest::Client::new();
+    let first = post_order(&client, addr, "a", "fidelity", r#"{"n":1}"#)
+        .send()
+        .await
+        .unwrap();
+    let first_headers = first.headers().clone();
+    let first_status = first.status();
+    let first_body = first.bytes().await.unwrap();
+    assert_eq!(first_headers["set-cookie"], "session=secret");
+    for _ in 0..2 {
+        let replay = post_order(&client, addr, "a", "fidelity", r#"{"n":1}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(replay.status(), first_status);
+        assert_eq!(replay.headers()["idempotent-replayed"], "true");
+        assert_eq!(
+            replay.headers()["content-type"],
+            first_headers["content-type"]
+        );
+        assert_eq!(replay.headers()["x-order-id"], first_headers["x-order-id"]);
+        assert!(!replay.headers().contains_key("set-cookie"));
+        assert!(!replay.headers().contains_key("x-not-listed"));
+        assert_eq!(replay.bytes().await.unwrap(), first_body);
+    }
+    assert_eq!(DB::count_orders(&store).await, 1);
+
+    // A stored failure replays verbatim too.
+    let failed = post_order(&client, addr, "a", "fails", r#"{"mode":"fail"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(!failed.headers().contains_key("idempotent-replayed"));
+    let again = post_order(&client, addr, "a", "fails", r#"{"mode":"fail"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.text().await.unwrap(), "upstream broke");
+
+    // With `reattempt` a failure is not stored: the retry runs again.
+    let (addr2, _) = app(
+        store.clone(),
+        Policy::new().failure_replay(FailureReplay::Reattempt),
+    )
+    .await;
+    for _ in 0..2 {
+        let r = post_order(&client, addr2, "a", "reattempted", r#"{"mode":"fail"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!r.headers().contains_key("idempotent-replayed"));
+    }
+    assert_eq!(DB::key_state(&store, "reattempted").await, None);
+}
+on_every_backend!(replays_are_byte_for_byte);
+
+async fn expiry_and_reaper<DB: TestDb>(store: Store<DB>) {
+    let policy = Policy::new()
+        .replay_window(Duration::from_secs(3600))
+        .reaper_after(Duration::from_secs(7200));
+    let (addr, idem) = app(store.clone(), policy).await;
+    let client = reqwest::Client::new();
+    let first = post_order(&client, addr, "a", "expiring", r#"{"n":1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    // An hour and a bit later the key names a new request, even with another payload.
+    DB::age_key(&store, "expiring", 3_700_000).await;
+    let fresh = post_order(&client, addr, "a", "expiring", r#"{"n":2}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fresh.status(), StatusCode::CREATED);
+    assert!(!fresh.headers().contains_key("idempotent-replayed"));
+    assert_eq!(DB::count_orders(&store).await, 2);
+    // Inside the new window it replays the new outcome.
+    let replay = post_order(&client, addr, "a", "expiring", r#"{"n":2}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+
+    // The reaper deletes only what is past reaper-after.
+    let kept = post_order(&client, addr, "a", "young", r#"{"n":3}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kept.status(), StatusCode::CREATED);
+    DB::age_key(&store, "expiring", 7_300_000).await;
+    let report = idem.reap().await.unwrap();
+    assert_eq!(report.deleted, 1);
+    assert!(report.unfinished.is_empty());
+    assert_eq!(DB::key_state(&store, "expiring").await, None);
+    assert_eq!(
+        DB::key_state(&store, "young").await.as_deref(),
+        Some("complete")
+    );
+}
+on_every_backend!(expiry_and_reaper);
+
+async fn malformed_keys_and_oversized_bodies<DB: TestDb>(store: Store<DB>) {
+    let (addr, _) = app(store.clone(), Policy::new()).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/orders");
+    let missing = client
+        .post(&url)
+        .header("x-account-id", "a")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        code(missing).await,
+        (StatusCode::BAD_REQUEST, "idempotency_key_missing".into())
+    );
+    let long = "k".repeat(256);
+    for bad in [
+        &b""[..],
+        b"has space",
+        b"tab\tkey",
+        b"caf\xc3\xa9",
+        long.as_bytes(),
+    ] {
+        let r = client
+            .post(&url)
+            .header("x-account-id", "a")
+            .header(
+                "idempotency-key",
+                http::HeaderValue::from_bytes(bad).unwrap(),
+            )
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            code(r).await,
+            (StatusCode::BAD_REQUEST, "idempotency_key_invalid".into())
+        );
+    }
+    let twice = client
+        .post(&url)
+        .header("x-account-id", "a")
+        .header("idempotency-key", "one")
+        .header("idempotency-key", "two")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        code(twice).await,
+        (StatusCode::BAD_REQUEST, "idempotency_key_invalid".into())
+    );
+    // 255 visible-ASCII bytes is fine.
+    let ok = post_order(&client, addr, "a", &"k".repeat(255), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::CREATED);
+
+    // A body over the cap, declared or streamed, is refused before any claim.
+    let big = post_order(&client, addr, "a", "big", &"x".repeat(9 * 1024))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        code(big).await,
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_body_too_large".into()
+        )
+    );
+    let chunked = raw_chunked_post(addr, "big-chunked", 9 * 1024).await;
+    assert!(chunked.starts_with("HTTP/1.1 413"), "{chunked}");
+    // A response too large to store is not sent half-recorded: the effect rolls back.
+    let huge = post_order(&client, addr, "a", "huge", r#"{"mode":"huge"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        code(huge).await,
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "response_too_large".into()
+        )
+    );
+    assert_eq!(DB::key_state(&store, "big").await, None);
+    assert_eq!(DB::key_state(&store, "huge").await, None);
+    assert_eq!(DB::count_orders(&store).await, 1);
+}
+on_every_backend!(malformed_keys_and_oversized_bodies);
+
+async fn raw_chunked_post(addr: SocketAddr, key: &str, size: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /orders HTTP/1.1\r\nhost: x\r\nx-account-id: a\r\nidempotency-key: {key}\r\n\
+         transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let chunk = vec![b'y'; 1024];
+    for _ in 0..size / 1024 {
+        stream.write_all(b"400\r\n").await.unwrap();
+        stream.write_all(&chunk).await.unwrap();
+        if stream.write_all(b"\r\n").await.is_err() {
+            break;
+        }
+    }
+    let _ = stream.write_all(b"0\r\n\r\n").await;
+    let mut out = String::new();
+    let _ = stream.read_to_string(&mut out).await;
+    out
+}
+
+async fn effect_and_key_commit_together<DB: TestDb>(store: Store<DB>) {
+    let (addr, _) = app(store.clone(), Policy::new()).await;
+    let client = reqwest::Client::new();
+    // The key's move to complete fails after the handler wrote its row.
+    DB::install_fault(&store).await;
+    let r = post_order(&client, addr, "a", "fault-1", r#"{"n":1}"#)
+        .send()
+        .await
+        .unwrap();
+    let (status, code_) = code(r).await;
+    assert_eq!(
+        (status, code_.as_str()),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "idempotency_store_unavailable"
+        )
+    );
+    assert_eq!(
+        DB::count_orders(&store).await,
+        0,
+        "an effect survived without its key"
+    );
+    assert_eq!(DB::key_state(&store, "fault-1").await, None);
+    DB::remove_fault(&store).await;
+    // The handler dies between its write and the key's completion.
+    let crashed = post_order(&client, addr, "a", "crash-1", r#"{"mode":"panic"}"#)
+        .send()
+        .await;
+    assert!(crashed.is_err() || crashed.unwrap().status().is_server_error());
+    assert_eq!(DB::count_orders(&store).await, 0);
+    assert_eq!(DB::key_state(&store, "crash-1").await, None);
+    // The retry then runs once and completes both.
+    let r = post_order(&client, addr, "a", "fault-1", r#"{"n":1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(DB::count_orders(&store).await, 1);
+    assert_eq!(
+        DB::key_state(&store, "fault-1").await.as_deref(),
+        Some("complete")
+    );
+}
+on_every_backend!(effect_and_key_commit_together);
+
+async fn unreachable_store_fails_closed<DB: TestDb>(store: Store<DB>) {
+    let (addr, _) = app(store.clone(), Policy::new()).await;
+    store.pool().close().await;
+    let client = reqwest::Client::new();
+    let r = post_order(&client, addr, "a", "k", "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.headers()["retry-after"], "2");
+    assert_eq!(code(r).await.1, "idempotency_store_unavailable");
+}
+on_every_backend!(unreachable_store_fails_closed);
+
+/// A foreign system the phased operation calls; it can be held, fail once,
+/// and remembers every derived key it saw.
+#[derive(Default)]
+struct Provider {
+    calls: AtomicUsize,
+    seen: std::sync::Mutex<Vec<ForeignCall>>,
+    hold: AtomicBool,
+    release: Notify,
+    fail_next: AtomicBool,
+}
+
+impl Provider {
+    async fn charge(&self, call: ForeignCall) -> Result<String, StepError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.seen.lock().unwrap().push(call.clone());
+        if self.hold.load(Ordering::SeqCst) {
+            self.release.notified().await;
+        }
+        if self.fail_next.swap(false, Ordering::SeqCst) {
+            return Err(StepError::Transient("provider timed out".into()));
+        }
+        Ok(format!("ch_{}", call.derived_key))
+    }
+}
+
+struct Checkout<DB> {
+    provider: Arc<Provider>,
+    _db: PhantomData<fn() -> DB>,
+}
+
+impl<DB: TestDb> Operation<DB> for Checkout<DB> {
+    fn name(&self) -> &'static str {
+        "checkout"
+    }
+
+    fn run<'a>(&'a self, run: &'a mut Run<DB>) -> BoxFuture<'a, Result<Reply, StepError>> {
+        Box::pin(async move {
+            let scope = run.scope().to_owned();
+            let order: i64 = run
+                .local("create_order", move |tx| {
+                    Box::pin(async move { Ok(DB::insert_order(tx, &scope, "checkout").await?) })
+                })
+                .await?;
+            let provider = Arc::clone(&self.provider);
+            let charge: String = run
+                .foreign("charge", |call| async move { provider.charge(call).await })
+                .await?;
+            Ok(Reply::json(
+                StatusCode::CREATED,
+                &json!({ "order": order, "charge": charge }),
+            ))
+        })
+    }
+}
+
+async fn phased_app<DB: TestDb>(
+    store: Store<DB>,
+    policy: Policy,
+    provider: Arc<Provider>,
+) -> (SocketAddr, Idempotency<DB>) {
+    let idem = Idempotency::builder(store)
+        .policy(policy)
+        .scope(HeaderScope::new("x-account-id"))
+        .build()
+        .unwrap();
+    let op = Checkout::<DB> {
+        provider,
+        _db: PhantomData,
+    };
+    let router = Router::new().route("/checkout", post(idem.phased(op)));
+    (serve(router).await, idem)
+}
+
+fn checkout(client: &reqwest::Client, addr: SocketAddr, key: &str) -> reqwest::RequestBuilder {
+    client
+        .post(format!("http://{addr}/checkout"))
+        .header("x-account-id", "a")
+        .header("idempotency-key", key)
+        .header("content-type", "application/json")
+        .body(r#"{"amount":10}"#)
+}
+
+async fn wait_until_called(provider: &Provider, n: usize) {
+    // A liveness guard, not a timing assertion: a request refused before the
+    // provider would otherwise hang the test.
+    for _ in 0..6000 {
+        if provider.calls.load(Ordering::SeqCst) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the provider was never called {n} times");
+}
+
+async fn in_flight_policies<DB: TestDb>(store: Store<DB>) {
+    let client = reqwest::Client::new();
+    for (policy, expect) in [
+        (InFlight::Conflict, StatusCode::CONFLICT),
+        (InFlight::Accepted, StatusCode::ACCEPTED),
+        (InFlight::Wait(Duration::from_secs(30)), StatusCode::CREATED),
+    ] {
+        let provider = Arc::new(Provider::default());
+        provider.hold.store(true, Ordering::SeqCst);
+        let (addr, _) = phased_app(
+            store.clone(),
+            Policy::new().in_flight(policy),
+            Arc::clone(&provider),
+        )
+        .await;
+        let key = format!("inflight-{}", expect.as_u16());
+        let first = tokio::spawn(checkout(&client, addr, &key).send());
+        wait_until_called(&provider, 1).await;
+        let second = tokio::spawn(checkout(&client, addr, &key).send());
+        if expect == StatusCode::CREATED {
+            // The waiter blocks until the first finishes, then gets its replay.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            provider.release.notify_one();
+            let second = second.await.unwrap().unwrap();
+            assert_eq!(second.status(), StatusCode::CREATED);
+            assert_eq!(second.headers()["idempotent-replayed"], "true");
+        } else {
+            let (status, code_) = code(second.await.unwrap().unwrap()).await;
+            assert_eq!(status, expect);
+            let wanted = if expect == StatusCode::CONFLICT {
+                "idempotency_key_in_use"
+            } else {
+                "idempotency_key_in_flight"
+            };
+            assert_eq!(code_, wanted);
+            provider.release.notify_one();
+        }
+        assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::CREATED);
+        assert_eq!(provider.calls.load(Ordering::SeqCst), 1);
+    }
+    assert_eq!(DB::count_orders(&store).await, 3);
+}
+on_every_backend!(in_flight_policies);
+
+async fn takeover_after_lock_timeout_fences_the_old_holder<DB: TestDb>(store: Store<DB>) {
+    let provider = Arc::new(Provider::default());
+    provider.hold.store(true, Ordering::SeqCst);
+    let policy = Policy::new().lock_timeout(Duration::from_secs(60));
+    let (addr, _) = phased_app(store.clone(), policy, Arc::clone(&provider)).await;
+    let client = reqwest::Client::new();
+    let stuck = tokio::spawn(checkout(&client, addr, "takeover").send());
+    wait_until_called(&provider, 1).await;
+    // Inside the lock timeout the duplicate is refused.
+    let early = checkout(&client, addr, "takeover").send().await.unwrap();
+    assert_eq!(code(early).await.1, "idempotency_key_in_use");
+    // Past it (the holder stopped refreshing its lock), a retry takes over and
+    // resumes after the recorded order, reconciling the interrupted charge.
+    DB::age_key(&store, "takeover", 61_000).await;
+    provider.hold.store(false, Ordering::SeqCst);
+    let retry = checkout(&client, addr, "takeover").send().await.unwrap();
+    assert_eq!(retry.status(), StatusCode::CREATED);
+    let seen = provider.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].derived_key, "takeover:charge");
+    assert_eq!(seen[1].derived_key, "takeover:charge");
+    assert!(!seen[0].reconciling && seen[1].reconciling);
+    // The original holder wakes up and is refused: it no longer owns the key.
+    provider.release.notify_one();
+    let late = stuck.await.unwrap().unwrap();
+    assert_eq!(
+        code(late).await,
+        (StatusCode::CONFLICT, "idempotency_key_taken_over".into())
+    );
+    assert_eq!(DB::count_orders(&store).await, 1);
+    let replay = checkout(&client, addr, "takeover").send().await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+}
+on_every_backend!(takeover_after_lock_timeout_fences_the_old_holder);
+
+async fn completer_finishes_what_the_client_abandoned<DB: TestDb>(store: Store<DB>) {
+    let provider = Arc::new(Provider::default());
+    provider.fail_next.store(true, Ordering::SeqCst);
+    let (addr, idem) = phased_app(store.clone(), Policy::new(), Arc::clone(&provider)).await;
+    let client = reqwest::Client::new();
+    let r = checkout(&client, addr, "abandoned").send().await.unwrap();
+    assert_eq!(
+        code(r).await,
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "operation_incomplete".into()
+        )
+    );
+    assert_eq!(
+        DB::key_state(&store, "abandoned").await.as_deref(),
+        Some("in_flight")
+    );
+    // The client never retries; the completer resumes at the recovery point.
+    let report = idem.complete_abandoned(10).await.unwrap();
+    assert_eq!((report.found, report.completed), (1, 1));
+    assert_eq!(
+        DB::key_state(&store, "abandoned").await.as_deref(),
+        Some("complete")
+    );
+    assert_eq!(DB::count_orders(&store).await, 1);
+    assert_eq!(
+        provider.calls.load(Ordering::SeqCst),
+        2,
+        "one failed call, one completed by the completer"
+    );
+    // A client that does come back gets the completer's outcome.
+    let late = checkout(&client, addr, "abandoned").send().await.unwrap();
+    assert_eq!(late.status(), StatusCode::CREATED);
+    assert_eq!(late.headers()["idempotent-replayed"], "true");
+    // Nothing left to do; and an unfinished record past reaper-after is reported.
+    assert_eq!(idem.complete_abandoned(10).await.unwrap().found, 0);
+    provider.hold.store(true, Ordering::SeqCst);
+    let pending = tokio::spawn(checkout(&client, addr, "never-done").send());
+    wait_until_called(&provider, 3).await;
+    DB::age_key(&store, "never-done", 73 * 3600 * 1000).await;
+    let report = idem.reap().await.unwrap();
+    assert_eq!(report.unfinished.len(), 1);
+    assert_eq!(report.unfinished[0].key, "never-done");
+    assert_eq!(report.unfinished[0].recovery_point, "charge:intent");
+    provider.release.notify_one();
+    let _ = pending.await;
+}
+on_every_backend!(completer_finishes_what_the_client_abandoned);
