@@ -152,6 +152,24 @@ pub fn postgres_url(test: &str) -> Option<String> {
 
 /// A migrated PostgreSQL store in a fresh schema of the test database.
 pub async fn postgres(test: &str) -> Option<Store<Postgres>> {
+    postgres_with_schema(test).await.map(|(store, _)| store)
+}
+
+/// A pool on `url` whose connections resolve names in `schema`.
+pub async fn postgres_in_schema(url: &str, schema: &str, max: u32) -> Store<Postgres> {
+    let options = PgConnectOptions::from_str(url)
+        .unwrap()
+        .options([("search_path", schema)]);
+    let pool = PgPoolOptions::new()
+        .max_connections(max)
+        .connect_with(options)
+        .await
+        .unwrap();
+    Store::new(pool)
+}
+
+/// Like [`postgres`], also naming the schema (for another process to join).
+pub async fn postgres_with_schema(test: &str) -> Option<(Store<Postgres>, String)> {
     let url = postgres_url(test)?;
     let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
     let admin = PgPoolOptions::new()
@@ -164,18 +182,10 @@ pub async fn postgres(test: &str) -> Option<Store<Postgres>> {
         .await
         .unwrap();
     admin.close().await;
-    let options = PgConnectOptions::from_str(&url)
-        .unwrap()
-        .options([("search_path", schema.as_str())]);
-    let pool = PgPoolOptions::new()
-        .max_connections(20)
-        .connect_with(options)
-        .await
-        .unwrap();
-    let store = Store::new(pool);
+    let store = postgres_in_schema(&url, &schema, 20).await;
     store.migrate().await.unwrap();
     Postgres::create_tables(&store).await;
-    Some(store)
+    Some((store, schema))
 }
 
 /// Serves `app` on an ephemeral loopback port.
