@@ -1,4 +1,9 @@
 #![cfg(feature = "server")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed setup step should abort the test"
+)]
 //! Crash gate: a real server process runs a two-phase checkout against a fake
 //! payment provider (a second HTTP server, in this process, counting calls),
 //! is killed with SIGKILL between phases, and is restarted.

@@ -1,4 +1,9 @@
 #![cfg(feature = "server")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed setup step should abort the test"
+)]
 //! The key protocol end to end: real HTTP over loopback into an axum app
 //! backed by SQLite and PostgreSQL.
 

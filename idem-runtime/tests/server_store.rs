@@ -1,4 +1,9 @@
 #![cfg(feature = "server")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed setup step should abort the test"
+)]
 //! Store conformance: every backend answers each protocol statement the same way.
 
 mod support_server;

@@ -133,6 +133,10 @@ pub(crate) struct Prepared {
 }
 
 /// How a claim attempt ended.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "built once per request and destructured at once; boxing buys nothing"
+)]
 pub(crate) enum Claim<DB: Backend> {
     /// This caller owns the key; `tx` holds the uncommitted claim.
     Won {
@@ -342,24 +346,24 @@ impl<DB: Backend> Idempotency<DB> {
                 KeyState::InFlight => {
                     let stale = record.locked_at.is_none_or(|at| at < lock_cutoff);
                     let ours = resumable.is_some() && record.operation.as_deref() == resumable;
-                    if stale && ours {
-                        if let Some(generation) =
+                    if stale
+                        && ours
+                        && let Some(generation) =
                             DB::take_over(&mut tx, &prepared.scope, key, lock_cutoff, now)
                                 .await
                                 .map_err(&err)?
-                        {
-                            tracing::info!(
-                                scope = %prepared.scope,
-                                key,
-                                recovery_point = %record.recovery_point,
-                                "took over an abandoned request"
-                            );
-                            return Ok(Claim::Won {
-                                tx,
-                                generation,
-                                resumed: Some(record),
-                            });
-                        }
+                    {
+                        tracing::info!(
+                            scope = %prepared.scope,
+                            key,
+                            recovery_point = %record.recovery_point,
+                            "took over an abandoned request"
+                        );
+                        return Ok(Claim::Won {
+                            tx,
+                            generation,
+                            resumed: Some(record),
+                        });
                     }
                     return Ok(Claim::InFlight);
                 }

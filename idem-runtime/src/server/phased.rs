@@ -39,7 +39,7 @@ pub enum StepError {
     /// A definitive answer (a declined card, a validation failure): stored and
     /// replayed like a success.
     #[error("operation answered {}", .0.status())]
-    Reply(Reply),
+    Reply(Box<Reply>),
     /// A transient failure (a provider timeout): nothing is stored, the lock
     /// is released and a retry or the completer resumes at the recovery point.
     #[error("{0}")]
@@ -167,10 +167,10 @@ impl<DB: Backend> Run<DB> {
     /// The body parsed as JSON; a malformed body is a definitive `400`.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, StepError> {
         serde_json::from_slice(&self.body).map_err(|e| {
-            StepError::Reply(Reply::json(
+            StepError::Reply(Box::new(Reply::json(
                 http::StatusCode::BAD_REQUEST,
                 &serde_json::json!({"code": "invalid_body", "message": e.to_string(), "retryable": false}),
-            ))
+            )))
         })
     }
 
@@ -399,7 +399,7 @@ impl<DB: Backend> Idempotency<DB> {
         let outcome = operation.run(&mut run).await;
         let reply = match outcome {
             Ok(reply) => reply,
-            Err(StepError::Reply(reply)) => reply,
+            Err(StepError::Reply(reply)) => *reply,
             Err(StepError::LockLost) => return (IdempotencyError::LockLost.into_response(), false),
             Err(StepError::Store(e)) => {
                 self.release(&mut run).await;

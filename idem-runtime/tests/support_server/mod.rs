@@ -144,7 +144,13 @@ pub fn postgres_url(test: &str) -> Option<String> {
     match std::env::var("IDEM_TEST_DATABASE_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
-            eprintln!("skipped {test} on PostgreSQL: IDEM_TEST_DATABASE_URL is not set");
+            // Written straight to the stream: the test harness captures
+            // `eprintln!`, and a skip must be visible in every run.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped {test} on PostgreSQL: IDEM_TEST_DATABASE_URL is not set"
+            );
             None
         }
     }
