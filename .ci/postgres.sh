@@ -18,7 +18,11 @@ if [ -z "$pg_bin" ]; then
 fi
 [ -n "$pg_bin" ] || { echo "PostgreSQL could not be installed" >&2; exit 1; }
 
+# The first free port from IDEM_PG_PORT (default 54329): a cluster left
+# running by an earlier run, or another service, must not make this one fail.
+pg_port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 pg_port="${IDEM_PG_PORT:-54329}"
+while pg_port_busy "$pg_port"; do pg_port=$((pg_port + 1)); done
 pg_dir="$(mktemp -d /tmp/idem-pg.XXXXXX)"
 pg_user=postgres
 if [ "$(id -u)" = 0 ]; then
@@ -30,7 +34,11 @@ else
   as_pg() { sh -c "$*"; }
 fi
 as_pg "'$pg_bin/initdb' -D '$pg_dir/data' -U postgres --auth=trust -E UTF8 >/dev/null"
-as_pg "'$pg_bin/pg_ctl' -D '$pg_dir/data' -l '$pg_dir/log' -o \"-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off\" -w start >/dev/null"
+if ! as_pg "'$pg_bin/pg_ctl' -D '$pg_dir/data' -l '$pg_dir/log' -o \"-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off\" -w start >/dev/null"; then
+  cat "$pg_dir/log" >&2
+  echo "PostgreSQL did not start" >&2
+  exit 1
+fi
 trap "as_pg \"'$pg_bin/pg_ctl' -D '$pg_dir/data' -m immediate stop\" >/dev/null 2>&1 || true" EXIT
 export IDEM_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/postgres"
 echo "PostgreSQL from $pg_bin on port $pg_port"
