@@ -309,3 +309,36 @@ pub(crate) struct Validated {
     pub(crate) header: HeaderName,
     pub(crate) replay_headers: Vec<HeaderName>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validate_rejects_inconsistent_settings() {
+        let short_reaper = Policy::new()
+            .replay_window(Duration::from_secs(7 * 86_400))
+            .reaper_after(Duration::from_secs(86_400));
+        assert!(matches!(
+            short_reaper.validate(),
+            Err(ConfigError::ReaperBeforeReplayWindow { .. })
+        ));
+        assert!(matches!(
+            Policy::new().replay_header("Set-Cookie").validate(),
+            Err(ConfigError::UnreplayableHeader { .. })
+        ));
+        assert!(matches!(
+            Policy::new().key_max_length(0).validate(),
+            Err(ConfigError::ZeroKeyLength)
+        ));
+        assert!(matches!(
+            Policy::new().header("bad header").validate(),
+            Err(ConfigError::InvalidHeader { .. })
+        ));
+        let ok = Policy::new()
+            .header("X-Idempotency-Key")
+            .validate()
+            .unwrap();
+        assert_eq!(ok.header.as_str(), "x-idempotency-key");
+    }
+}

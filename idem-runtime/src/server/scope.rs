@@ -60,22 +60,21 @@ where
 /// ```
 #[derive(Debug, Clone)]
 pub struct HeaderScope {
-    name: http::HeaderName,
+    name: String,
 }
 
 impl HeaderScope {
-    /// Reads `name` (a lowercase header-name literal); a request without it is
-    /// answered `401`.
-    pub fn new(name: &'static str) -> Self {
+    /// Reads `name` (case-insensitive); a request without it is answered `401`.
+    pub fn new(name: &str) -> Self {
         HeaderScope {
-            name: http::HeaderName::from_static(name),
+            name: name.to_ascii_lowercase(),
         }
     }
 }
 
 impl ScopeExtractor for HeaderScope {
     fn scope(&self, parts: &Parts) -> Result<String, ScopeRejection> {
-        match parts.headers.get(&self.name).map(|v| v.to_str()) {
+        match parts.headers.get(self.name.as_str()).map(|v| v.to_str()) {
             Some(Ok(value)) if !value.is_empty() => Ok(value.to_owned()),
             _ => Err(ScopeRejection::unauthenticated(format!(
                 "the caller could not be identified (missing {} header)",
