@@ -33,6 +33,7 @@ use tokio::sync::Mutex;
 /// The business write, per engine.
 trait BenchDb: Backend {
     fn create_table(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), sqlx::Error>>;
+    fn noop(conn: &mut Self::Connection) -> BoxFuture<'_, Result<(), sqlx::Error>>;
     fn insert<'a>(
         conn: &'a mut Self::Connection,
         scope: &'a str,
@@ -46,6 +47,12 @@ macro_rules! bench_db {
             fn create_table(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), sqlx::Error>> {
                 Box::pin(async move {
                     sqlx::query($ddl).execute(pool).await?;
+                    Ok(())
+                })
+            }
+            fn noop(conn: &mut Self::Connection) -> BoxFuture<'_, Result<(), sqlx::Error>> {
+                Box::pin(async move {
+                    sqlx::query("SELECT 1").execute(&mut *conn).await?;
                     Ok(())
                 })
             }
@@ -100,6 +107,24 @@ async fn unkeyed<DB: BenchDb>(State(pool): State<Pool<DB>>, body: Bytes) -> Resp
     }
 }
 
+/// Calibration: the baseline plus two trivial statements, the number the
+/// keyed path adds (its claim and its completion).
+async fn unkeyed_plus_two<DB: BenchDb>(State(pool): State<Pool<DB>>, body: Bytes) -> Response {
+    let result: Result<i64, sqlx::Error> = async {
+        let mut tx = pool.begin().await?;
+        DB::noop(&mut tx).await?;
+        let id = DB::insert(&mut tx, "bench", &body).await?;
+        DB::noop(&mut tx).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+    .await;
+    match result {
+        Ok(id) => created(id),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
 /// Keyed: the layer's transaction carries the claim, the insert and the completion.
 async fn keyed<DB: BenchDb>(key: IdempotencyKey, mut tx: IdemTx<DB>, body: Bytes) -> Response {
     match DB::insert(&mut tx, &key.scope, &body).await {
@@ -117,6 +142,7 @@ async fn serve<DB: BenchDb>(store: Store<DB>) -> anyhow::Result<SocketAddr> {
     let app = Router::new()
         .route("/keyed", post(keyed::<DB>).route_layer(idem.layer()))
         .route("/unkeyed", post(unkeyed::<DB>))
+        .route("/calibration", post(unkeyed_plus_two::<DB>))
         .with_state(store.pool().clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -134,6 +160,10 @@ enum Kind {
     Keyed,
     /// Every tenth request repeats an earlier, completed key.
     KeyedWithRetries,
+    /// Every request repeats a key completed in the first-executions run.
+    ReplaysOnly,
+    /// The baseline plus two trivial statements.
+    Calibration,
 }
 
 #[derive(Default)]
@@ -179,10 +209,10 @@ async fn drive(
                 if i >= requests {
                     break;
                 }
-                let path = if kind == Kind::Unkeyed {
-                    "unkeyed"
-                } else {
-                    "keyed"
+                let path = match kind {
+                    Kind::Unkeyed => "unkeyed",
+                    Kind::Calibration => "calibration",
+                    _ => "keyed",
                 };
                 let mut request = client
                     .post(format!("http://{addr}/{path}"))
@@ -190,7 +220,13 @@ async fn drive(
                     .header("content-type", "application/json")
                     .body(body.clone());
                 let mut retry_of = None;
-                if kind != Kind::Unkeyed {
+                if kind == Kind::ReplaysOnly {
+                    retry_of = Some(format!("{tag}-{i}"));
+                }
+                if matches!(
+                    kind,
+                    Kind::Keyed | Kind::KeyedWithRetries | Kind::ReplaysOnly
+                ) {
                     if kind == Kind::KeyedWithRetries && i % 10 == 9 {
                         let keys = done_keys.lock().await;
                         if !keys.is_empty() {
@@ -274,18 +310,20 @@ async fn bench_store<DB: BenchDb>(
     let addr = serve(store).await?;
     for (kind, scenario) in [
         (Kind::Unkeyed, "unkeyed baseline"),
+        (Kind::Calibration, "unkeyed + 2 no-op statements"),
         (Kind::Keyed, "keyed, first executions"),
         (Kind::KeyedWithRetries, "keyed, 10% retries"),
+        (Kind::ReplaysOnly, "keyed, replays only"),
     ] {
-        let tag = format!("{name}-{}", scenario.len());
-        drive(
-            addr,
-            kind,
-            &format!("warm-{tag}"),
-            requests / 10,
-            concurrency,
-        )
-        .await;
+        // Replays repeat the keys of the first-executions run.
+        let tag = match kind {
+            Kind::Keyed | Kind::ReplaysOnly => format!("{name}-keyed"),
+            _ => format!("{name}-{}", scenario.len()),
+        };
+        if kind != Kind::ReplaysOnly {
+            let warm = format!("warm-{tag}");
+            drive(addr, kind, &warm, requests / 10, concurrency).await;
+        }
         let outcome = drive(addr, kind, &tag, requests, concurrency).await;
         let mut all: Vec<Duration> = outcome
             .samples
@@ -324,12 +362,16 @@ async fn bench_store<DB: BenchDb>(
 async fn main() -> anyhow::Result<()> {
     let mut requests = 20_000usize;
     let mut concurrency = 32usize;
+    let mut pg_pool = 16u32;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--requests" => requests = args.next().context("--requests N")?.parse()?,
             "--concurrency" => concurrency = args.next().context("--concurrency C")?.parse()?,
-            other => anyhow::bail!("unknown argument {other}; use --requests N --concurrency C"),
+            "--pg-pool" => pg_pool = args.next().context("--pg-pool N")?.parse()?,
+            other => anyhow::bail!(
+                "unknown argument {other}; use --requests N --concurrency C --pg-pool N"
+            ),
         }
     }
     let mut rows = Vec::new();
@@ -364,7 +406,7 @@ async fn main() -> anyhow::Result<()> {
             let options =
                 PgConnectOptions::from_str(&url)?.options([("search_path", schema.as_str())]);
             let pool = PgPoolOptions::new()
-                .max_connections(16)
+                .max_connections(pg_pool)
                 .connect_with(options)
                 .await?;
             bench_store(

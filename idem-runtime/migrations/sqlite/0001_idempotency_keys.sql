@@ -18,9 +18,14 @@ CREATE TABLE IF NOT EXISTS idem_keys (
     created_at       INTEGER NOT NULL,
     completed_at     INTEGER,
     PRIMARY KEY (scope, idem_key)
-);
-CREATE INDEX IF NOT EXISTS idem_keys_abandoned ON idem_keys (state, locked_at);
+) WITHOUT ROWID;
+-- No index names a column the completion UPDATE changes (state, locked_at,
+-- the response): PostgreSQL can then update the row in place (HOT) and
+-- SQLite touches no index, which keeps a keyed request close to the cost of
+-- the write it guards. The reaper scans by age; the completer scans phased
+-- requests only, the one kind that can be abandoned in flight.
 CREATE INDEX IF NOT EXISTS idem_keys_created ON idem_keys (created_at);
+CREATE INDEX IF NOT EXISTS idem_keys_phased ON idem_keys (created_at) WHERE operation IS NOT NULL;
 
 -- One row per step of a phased operation: an intent written before a foreign
 -- call, turned into 'done' with the step's output once its result is recorded.

@@ -310,7 +310,7 @@ const DELETE_STEPS: &str = "DELETE FROM idem_steps WHERE scope = $1 AND idem_key
 const ABANDONED: &str = "SELECT scope, idem_key FROM idem_keys \
      WHERE state = 'in_flight' AND operation IS NOT NULL \
        AND (locked_at IS NULL OR locked_at < $1) \
-     ORDER BY locked_at LIMIT $2";
+     ORDER BY created_at LIMIT $2";
 
 const REAP: &str = "DELETE FROM idem_keys WHERE created_at < $1 \
      RETURNING scope, idem_key, state, operation, recovery_point";
