@@ -8,7 +8,9 @@
 //!
 //! PostgreSQL runs when `IDEM_TEST_DATABASE_URL` is set. Each scenario sends
 //! N requests from C concurrent tasks after a warm-up, all through one
-//! keep-alive client; the server runs in the same process.
+//! keep-alive client; the server runs in the same process. Scenarios are
+//! interleaved over R rounds (`--rounds`, default 3) and each reports its
+//! median round.
 
 use std::net::SocketAddr;
 use std::str::FromStr;
@@ -299,60 +301,96 @@ struct Row {
     errors: usize,
 }
 
+/// One measured run of one scenario.
+struct Measured {
+    rps: f64,
+    p50: Duration,
+    p99: Duration,
+    errors: usize,
+    /// In the 10%-retries run: first-execution and replay p50/p99, replay count.
+    split: Option<(Duration, Duration, Duration, Duration, usize)>,
+}
+
+const SCENARIOS: [(Kind, &str); 5] = [
+    (Kind::Unkeyed, "unkeyed baseline"),
+    (Kind::Calibration, "unkeyed + 2 no-op statements"),
+    (Kind::Keyed, "keyed, first executions"),
+    (Kind::KeyedWithRetries, "keyed, 10% retries"),
+    (Kind::ReplaysOnly, "keyed, replays only"),
+];
+
 async fn bench_store<DB: BenchDb>(
     name: &'static str,
     store: Store<DB>,
     requests: usize,
     concurrency: usize,
+    rounds: usize,
     rows: &mut Vec<Row>,
     replay_rows: &mut Vec<(String, Duration, Duration, Duration, Duration)>,
 ) -> anyhow::Result<()> {
     let addr = serve(store).await?;
-    for (kind, scenario) in [
-        (Kind::Unkeyed, "unkeyed baseline"),
-        (Kind::Calibration, "unkeyed + 2 no-op statements"),
-        (Kind::Keyed, "keyed, first executions"),
-        (Kind::KeyedWithRetries, "keyed, 10% retries"),
-        (Kind::ReplaysOnly, "keyed, replays only"),
-    ] {
-        // Replays repeat the keys of the first-executions run.
-        let tag = match kind {
-            Kind::Keyed | Kind::ReplaysOnly => format!("{name}-keyed"),
-            _ => format!("{name}-{}", scenario.len()),
-        };
-        if kind != Kind::ReplaysOnly {
-            let warm = format!("warm-{tag}");
-            drive(addr, kind, &warm, requests / 10, concurrency).await;
+    // Scenarios are interleaved round by round, so load from elsewhere on
+    // the machine spreads over all of them; each reports its median round.
+    let mut measured: Vec<Vec<Measured>> = SCENARIOS.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for (index, (kind, scenario)) in SCENARIOS.iter().enumerate() {
+            // Replays repeat the keys of this round's first-executions run.
+            let tag = match kind {
+                Kind::Keyed | Kind::ReplaysOnly => format!("{name}-keyed-{round}"),
+                _ => format!("{name}-{}-{round}", scenario.len()),
+            };
+            if *kind != Kind::ReplaysOnly {
+                let warm = format!("warm-{tag}");
+                drive(addr, *kind, &warm, requests / 10, concurrency).await;
+            }
+            let outcome = drive(addr, *kind, &tag, requests, concurrency).await;
+            let mut all: Vec<Duration> = outcome
+                .samples
+                .first
+                .iter()
+                .chain(&outcome.samples.replays)
+                .copied()
+                .collect();
+            all.sort();
+            let split = (*kind == Kind::KeyedWithRetries).then(|| {
+                let mut first = outcome.samples.first.clone();
+                let mut replays = outcome.samples.replays.clone();
+                first.sort();
+                replays.sort();
+                (
+                    percentile(&first, 0.5),
+                    percentile(&first, 0.99),
+                    percentile(&replays, 0.5),
+                    percentile(&replays, 0.99),
+                    replays.len(),
+                )
+            });
+            if let Some(runs) = measured.get_mut(index) {
+                runs.push(Measured {
+                    rps: requests as f64 / outcome.elapsed.as_secs_f64(),
+                    p50: percentile(&all, 0.50),
+                    p99: percentile(&all, 0.99),
+                    errors: outcome.samples.errors,
+                    split,
+                });
+            }
         }
-        let outcome = drive(addr, kind, &tag, requests, concurrency).await;
-        let mut all: Vec<Duration> = outcome
-            .samples
-            .first
-            .iter()
-            .chain(&outcome.samples.replays)
-            .copied()
-            .collect();
-        all.sort();
+    }
+    for ((_, scenario), mut runs) in SCENARIOS.iter().zip(measured) {
+        runs.sort_by(|a, b| a.rps.total_cmp(&b.rps));
+        let Some(median) = runs.get(runs.len() / 2) else {
+            continue;
+        };
         rows.push(Row {
             store: name,
             scenario,
-            rps: requests as f64 / outcome.elapsed.as_secs_f64(),
-            p50: percentile(&all, 0.50),
-            p99: percentile(&all, 0.99),
-            errors: outcome.samples.errors,
+            rps: median.rps,
+            p50: median.p50,
+            p99: median.p99,
+            errors: runs.iter().map(|r| r.errors).sum(),
         });
-        if kind == Kind::KeyedWithRetries {
-            let mut first = outcome.samples.first.clone();
-            let mut replays = outcome.samples.replays.clone();
-            first.sort();
-            replays.sort();
-            replay_rows.push((
-                format!("{name} ({} replays)", replays.len()),
-                percentile(&first, 0.5),
-                percentile(&first, 0.99),
-                percentile(&replays, 0.5),
-                percentile(&replays, 0.99),
-            ));
+        if let Some((f50, f99, r50, r99, n)) = median.split {
+            replay_rows.push((format!("{name} ({n} replays)"), f50, f99, r50, r99));
         }
     }
     Ok(())
@@ -363,14 +401,16 @@ async fn main() -> anyhow::Result<()> {
     let mut requests = 20_000usize;
     let mut concurrency = 32usize;
     let mut pg_pool = 16u32;
+    let mut rounds = 3usize;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--requests" => requests = args.next().context("--requests N")?.parse()?,
             "--concurrency" => concurrency = args.next().context("--concurrency C")?.parse()?,
             "--pg-pool" => pg_pool = args.next().context("--pg-pool N")?.parse()?,
+            "--rounds" => rounds = args.next().context("--rounds R")?.parse()?,
             other => anyhow::bail!(
-                "unknown argument {other}; use --requests N --concurrency C --pg-pool N"
+                "unknown argument {other}; use --requests N --concurrency C --pg-pool N --rounds R"
             ),
         }
     }
@@ -385,6 +425,7 @@ async fn main() -> anyhow::Result<()> {
         sqlite,
         requests,
         concurrency,
+        rounds,
         &mut rows,
         &mut replay_rows,
     )
@@ -414,6 +455,7 @@ async fn main() -> anyhow::Result<()> {
                 Store::new(pool),
                 requests,
                 concurrency,
+                rounds,
                 &mut rows,
                 &mut replay_rows,
             )
@@ -426,7 +468,8 @@ async fn main() -> anyhow::Result<()> {
     }
 
     println!(
-        "\n{requests} requests per scenario, {concurrency} concurrent connections, loopback\n"
+        "\n{requests} requests per scenario, {concurrency} concurrent connections, loopback, \
+         median of {rounds} interleaved rounds\n"
     );
     println!("| store | scenario | req/s | vs baseline | p50 ms | p99 ms | errors |");
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");

@@ -430,7 +430,10 @@ impl<DB: Backend> Idempotency<DB> {
         let limit = policy.max_response_body;
         let bytes = match Limited::new(body, limit).collect().await {
             Ok(collected) => collected.to_bytes(),
-            Err(_) => return IdempotencyError::ResponseTooLarge { limit }.into_response(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return IdempotencyError::ResponseTooLarge { limit }.into_response();
+            }
+            Err(_) => return IdempotencyError::ResponseUnreadable.into_response(),
         };
         let stored = StoredResponse::capture(
             parts.status,

@@ -159,6 +159,10 @@ pub enum IdempotencyError {
         /// The configured cap.
         limit: usize,
     },
+    /// The handler's response body failed while being read for storage; the
+    /// effect was rolled back.
+    #[error("the response could not be read for storage; nothing was applied")]
+    ResponseUnreadable,
     /// Another worker took over the key while this one ran; its writes were refused.
     #[error(
         "this request lost its claim on the idempotency key to a takeover; retry to read the outcome"
@@ -202,6 +206,7 @@ impl IdempotencyError {
             IdempotencyError::KeyInUse => "idempotency_key_in_use",
             IdempotencyError::KeyReused { .. } => "idempotency_key_reused",
             IdempotencyError::ResponseTooLarge { .. } => "response_too_large",
+            IdempotencyError::ResponseUnreadable => "response_unreadable",
             IdempotencyError::LockLost => "idempotency_key_taken_over",
             IdempotencyError::StoreUnavailable { .. } => "idempotency_store_unavailable",
             IdempotencyError::Incomplete { .. } => "operation_incomplete",
@@ -221,6 +226,7 @@ impl IdempotencyError {
             IdempotencyError::KeyInUse | IdempotencyError::LockLost => StatusCode::CONFLICT,
             IdempotencyError::KeyReused { status } => *status,
             IdempotencyError::ResponseTooLarge { .. }
+            | IdempotencyError::ResponseUnreadable
             | IdempotencyError::TransactionNotReturned => StatusCode::INTERNAL_SERVER_ERROR,
             IdempotencyError::StoreUnavailable { .. } | IdempotencyError::Incomplete { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
