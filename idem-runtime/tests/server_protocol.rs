@@ -722,3 +722,52 @@ async fn completer_finishes_what_the_client_abandoned<DB: TestDb>(store: Store<D
     let _ = pending.await;
 }
 on_every_backend!(completer_finishes_what_the_client_abandoned);
+
+async fn optional_keys_and_safe_methods<DB: TestDb>(store: Store<DB>) {
+    let idem = Idempotency::builder(store.clone())
+        .policy(Policy::new().key(idem_runtime::server::KeyRequirement::Optional))
+        .scope(HeaderScope::new("x-account-id"))
+        .build()
+        .unwrap();
+    let router = Router::new()
+        .route(
+            "/orders",
+            post(create_order::<DB>).get(|| async { "listing" }),
+        )
+        .route_layer(idem.layer());
+    let addr = serve(router).await;
+    let client = reqwest::Client::new();
+    // Without a key an optional-key route runs every time and records nothing.
+    for _ in 0..2 {
+        let r = client
+            .post(format!("http://{addr}/orders"))
+            .header("x-account-id", "a")
+            .body(r#"{"n":1}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+        assert!(!r.headers().contains_key("idempotent-replayed"));
+    }
+    assert_eq!(DB::count_orders(&store).await, 2);
+    assert_eq!(DB::count_keys(&store).await, 0);
+    // With one, the protocol applies as usual.
+    for _ in 0..2 {
+        let r = post_order(&client, addr, "a", "opt", r#"{"n":1}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
+    assert_eq!(DB::count_orders(&store).await, 3);
+    // Safe methods pass through untouched, key or not.
+    let listing = client
+        .get(format!("http://{addr}/orders"))
+        .header("idempotency-key", "not checked")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listing.status(), StatusCode::OK);
+    assert_eq!(listing.text().await.unwrap(), "listing");
+}
+on_every_backend!(optional_keys_and_safe_methods);
