@@ -22,7 +22,8 @@ use axum::routing::post;
 use http::StatusCode;
 use idem_runtime::server::{
     BoxFuture, ConfigError, FailureReplay, ForeignCall, HeaderScope, IdemTx, Idempotency,
-    IdempotencyKey, InFlight, MismatchStatus, Operation, Policy, Reply, Run, StepError, Store,
+    IdempotencyKey, InFlight, KeyIn, MismatchStatus, Operation, Policy, Reply, Run, StepError,
+    Store,
 };
 use serde_json::{Value, json};
 use support_server::{TestDb, serve};
@@ -771,3 +772,199 @@ async fn optional_keys_and_safe_methods<DB: TestDb>(store: Store<DB>) {
     assert_eq!(listing.text().await.unwrap(), "listing");
 }
 on_every_backend!(optional_keys_and_safe_methods);
+
+/// A handler that writes its row and then keeps its transaction open until
+/// the test lets it go, so a duplicate overlaps an uncommitted claim.
+#[derive(Default)]
+struct Hold {
+    entered: AtomicUsize,
+    release: Notify,
+}
+
+async fn held_order<DB: TestDb>(
+    axum::extract::State(hold): axum::extract::State<Arc<Hold>>,
+    key: IdempotencyKey,
+    mut tx: IdemTx<DB>,
+    body: Bytes,
+) -> Response {
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let id = match DB::insert_order(&mut tx, &key.scope, &text).await {
+        Ok(id) => id,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    hold.entered.fetch_add(1, Ordering::SeqCst);
+    // The sleep is a liveness guard only: were the duplicate not bounded,
+    // it would get a replay after it and the test would fail, not hang.
+    tokio::select! {
+        () = hold.release.notified() => {}
+        () = tokio::time::sleep(Duration::from_secs(30)) => {}
+    }
+    (StatusCode::CREATED, json!({ "id": id }).to_string()).into_response()
+}
+
+async fn held_app<DB: TestDb>(store: Store<DB>, policy: Policy, hold: Arc<Hold>) -> SocketAddr {
+    let idem = Idempotency::builder(store)
+        .policy(policy)
+        .scope(HeaderScope::new("x-account-id"))
+        .build()
+        .unwrap();
+    let router = Router::new()
+        .route("/orders", post(held_order::<DB>))
+        .route_layer(idem.layer())
+        .with_state(hold);
+    serve(router).await
+}
+
+async fn wait_until_entered(hold: &Hold) {
+    // A liveness guard, not a timing assertion.
+    for _ in 0..6000 {
+        if hold.entered.load(Ordering::SeqCst) >= 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the first request never reached its handler");
+}
+
+async fn uncommitted_duplicates_wait_a_bounded_time<DB: TestDb>(store: Store<DB>) {
+    let client = reqwest::Client::new();
+    let bound = Duration::from_millis(300);
+    let is_postgres = <DB as sqlx::Database>::NAME == "PostgreSQL";
+    for (n, (in_flight, expect)) in [
+        (InFlight::Conflict, StatusCode::CONFLICT),
+        (InFlight::Wait(bound), StatusCode::CONFLICT),
+        (InFlight::Accepted, StatusCode::ACCEPTED),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // The duplicate reaches the same process as the original, or (a
+        // second node) one with its own `Store` over the same database.
+        for second_node in [false, true] {
+            let hold = Arc::new(Hold::default());
+            let policy = Policy::new().in_flight(in_flight).duplicate_wait(bound);
+            let addr = held_app(store.clone(), policy.clone(), Arc::clone(&hold)).await;
+            let dup_addr = if second_node {
+                let other = Store::new(store.pool().clone());
+                held_app(other, policy, Arc::clone(&hold)).await
+            } else {
+                addr
+            };
+            let key = format!("held-{n}-{second_node}");
+            let body = r#"{"amount":5}"#;
+            let first = tokio::spawn(post_order(&client, addr, "a", &key, body).send());
+            wait_until_entered(&hold).await;
+            let duplicate = post_order(&client, dup_addr, "a", &key, body).send();
+            if second_node && !is_postgres {
+                // SQLite, another `Store` over the same pool: nothing in this
+                // process links the two, so the duplicate queues for the one
+                // connection and gets the replay once the original commits.
+                let duplicate = tokio::spawn(duplicate);
+                hold.release.notify_one();
+                assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::CREATED);
+                let duplicate = duplicate.await.unwrap().unwrap();
+                assert_eq!(duplicate.status(), StatusCode::CREATED);
+                assert_eq!(duplicate.headers()["idempotent-replayed"], "true");
+            } else {
+                let duplicate = duplicate.await.unwrap();
+                assert_eq!(duplicate.headers()["retry-after"], "1", "{key}");
+                let wanted = if expect == StatusCode::ACCEPTED {
+                    "idempotency_key_in_flight"
+                } else {
+                    "idempotency_key_in_use"
+                };
+                assert_eq!(code(duplicate).await, (expect, wanted.into()), "{key}");
+                // The original was never disturbed: it completes once released.
+                hold.release.notify_one();
+                assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::CREATED);
+            }
+            assert_eq!(hold.entered.load(Ordering::SeqCst), 1, "{key} ran twice");
+            let retry = post_order(&client, dup_addr, "a", &key, body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(retry.status(), StatusCode::CREATED);
+            assert_eq!(retry.headers()["idempotent-replayed"], "true");
+        }
+    }
+    assert_eq!(DB::count_orders(&store).await, 6);
+}
+on_every_backend!(uncommitted_duplicates_wait_a_bounded_time);
+
+fn post_body(client: &reqwest::Client, addr: SocketAddr, body: &str) -> reqwest::RequestBuilder {
+    client
+        .post(format!("http://{addr}/orders"))
+        .header("x-account-id", "a")
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+}
+
+async fn keys_carried_in_the_body<DB: TestDb>(store: Store<DB>) {
+    let (addr, _) = app(store.clone(), Policy::new().key_in(KeyIn::Body)).await;
+    let client = reqwest::Client::new();
+    let first = post_body(&client, addr, r#"{"idempotency_key":"bk-1","amount":5}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first_body = first.text().await.unwrap();
+    // Same key, same body (reordered): the replay. A header key is not read.
+    let replay = post_body(
+        &client,
+        addr,
+        r#"{ "amount": 5, "idempotency_key": "bk-1" }"#,
+    )
+    .header("idempotency-key", "ignored-header-key")
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.text().await.unwrap(), first_body);
+    // Same key, other payload: refused, no second row.
+    let other = post_body(&client, addr, r#"{"idempotency_key":"bk-1","amount":6}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        code(other).await,
+        (StatusCode::CONFLICT, "idempotency_key_reused".into())
+    );
+    // No key where one is required, or a body with no fields to read it from.
+    for body in [r#"{"amount":5}"#, "amount=5", "[1,2]", ""] {
+        let r = post_body(&client, addr, body).send().await.unwrap();
+        let status = r.status();
+        let error: Value = r.json().await.unwrap();
+        assert_eq!(
+            (status, error["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("idempotency_key_missing")),
+            "{body}"
+        );
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains("idempotency_key"), "{message}");
+        if !body.starts_with('{') {
+            assert!(message.contains("not a JSON object"), "{message}");
+        }
+    }
+    // Malformed keys: not a string, empty, too long, not visible ASCII.
+    let long = "k".repeat(256);
+    for key in [
+        json!(7),
+        json!(null),
+        json!({"k": 1}),
+        json!(""),
+        json!(long),
+        json!("has space"),
+        json!("café"),
+    ] {
+        let body = json!({ "idempotency_key": key, "amount": 5 }).to_string();
+        let r = post_body(&client, addr, &body).send().await.unwrap();
+        assert_eq!(
+            code(r).await,
+            (StatusCode::BAD_REQUEST, "idempotency_key_invalid".into()),
+            "{body}"
+        );
+    }
+    assert_eq!(DB::count_orders(&store).await, 1);
+    assert_eq!(DB::count_keys(&store).await, 1);
+}
+on_every_backend!(keys_carried_in_the_body);

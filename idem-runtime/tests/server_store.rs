@@ -8,9 +8,15 @@
 
 mod support_server;
 
+use std::time::Duration;
+
 use idem_runtime::server::{
-    Backend, KeyState, NewClaim, StepRecord, StepStatus, Store, StoredRequest, StoredResponse,
+    Backend, KeyState, NewClaim, StepRecord, StepStatus, Store, StoreError, StoredRequest,
+    StoredResponse,
 };
+
+/// Long enough that no claim in these tests gives up waiting.
+const WAIT: Duration = Duration::from_secs(30);
 
 fn claim<'a>(scope: &'a str, key: &'a str, fp: &'a str, now: i64) -> NewClaim<'a> {
     NewClaim {
@@ -31,7 +37,7 @@ async fn claim_has_exactly_one_winner<DB: Backend>(store: Store<DB>) {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let mut tx = store.pool().begin().await.unwrap();
-            let won = DB::claim(&mut tx, &claim("acct", "k1", "fp", 1_000))
+            let won = DB::claim(&mut tx, &claim("acct", "k1", "fp", 1_000), WAIT)
                 .await
                 .unwrap();
             tx.commit().await.unwrap();
@@ -48,7 +54,7 @@ async fn claim_has_exactly_one_winner<DB: Backend>(store: Store<DB>) {
     // Another scope is another key.
     let mut tx = store.pool().begin().await.unwrap();
     assert_eq!(
-        DB::claim(&mut tx, &claim("other", "k1", "fp", 1_000))
+        DB::claim(&mut tx, &claim("other", "k1", "fp", 1_000), WAIT)
             .await
             .unwrap(),
         Some(1)
@@ -71,7 +77,7 @@ on_every_backend!(claim_has_exactly_one_winner);
 
 async fn complete_is_fenced_by_generation<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 10))
+    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 10), WAIT)
         .await
         .unwrap()
         .unwrap();
@@ -106,7 +112,7 @@ on_every_backend!(complete_is_fenced_by_generation);
 
 async fn take_over_needs_a_stale_lock<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 1_000))
+    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 1_000), WAIT)
         .await
         .unwrap()
         .unwrap();
@@ -148,7 +154,7 @@ on_every_backend!(take_over_needs_a_stale_lock);
 
 async fn expired_records_are_reclaimed_once<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let g = DB::claim(&mut tx, &claim("a", "k", "old", 1_000))
+    let g = DB::claim(&mut tx, &claim("a", "k", "old", 1_000), WAIT)
         .await
         .unwrap()
         .unwrap();
@@ -206,7 +212,7 @@ async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
         request: Some(&request),
         now: 1_000,
     };
-    let g = DB::claim(&mut tx, &phased).await.unwrap().unwrap();
+    let g = DB::claim(&mut tx, &phased, WAIT).await.unwrap().unwrap();
     let intent = StepRecord {
         step: "charge".into(),
         status: StepStatus::Intent,
@@ -232,11 +238,11 @@ async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
     assert_eq!(record.request, Some(request.clone()));
     assert_eq!(record.operation.as_deref(), Some("checkout"));
     // A single-phase claim is never reported as abandoned: nothing could resume it.
-    DB::claim(&mut tx, &claim("a", "single", "fp", 1_000))
+    DB::claim(&mut tx, &claim("a", "single", "fp", 1_000), WAIT)
         .await
         .unwrap()
         .unwrap();
-    let c = DB::claim(&mut tx, &claim("a", "done", "fp", 1_000))
+    let c = DB::claim(&mut tx, &claim("a", "done", "fp", 1_000), WAIT)
         .await
         .unwrap()
         .unwrap();
@@ -269,3 +275,72 @@ async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
     tx.commit().await.unwrap();
 }
 on_every_backend!(steps_requests_abandoned_and_reaping);
+
+async fn setting(conn: &mut sqlx::PgConnection) -> String {
+    sqlx::query_scalar("SELECT current_setting('lock_timeout')")
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+/// PostgreSQL bounds the claim's wait for an uncommitted duplicate with a
+/// transaction-local `lock_timeout`, and puts the setting back afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_claim_wait_is_bounded_and_scoped_to_the_claim() {
+    let Some(store) = support_server::postgres("claim_wait_is_bounded").await else {
+        return;
+    };
+    // The holder: claims and keeps its transaction open.
+    let mut holder = store.pool().begin().await.unwrap();
+    // A setting of the application's own survives the claim.
+    sqlx::query("SET LOCAL lock_timeout = '7s'")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let won = sqlx::Postgres::claim(&mut holder, &claim("a", "busy", "fp", 1_000), WAIT)
+        .await
+        .unwrap();
+    assert_eq!(won, Some(1));
+    assert_eq!(setting(&mut holder).await, "7s");
+
+    // The duplicate gives up after its bound instead of waiting for the holder.
+    let mut duplicate = store.pool().begin().await.unwrap();
+    let refused = sqlx::Postgres::claim(
+        &mut duplicate,
+        &claim("a", "busy", "fp", 1_000),
+        Duration::from_millis(200),
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(StoreError::LockWaitExpired { waited }) if waited == Duration::from_millis(200)),
+        "{refused:?}"
+    );
+    drop(duplicate);
+
+    // Another key does not wait at all, and its transaction keeps the
+    // server default (no lock timeout) for the statements after the claim.
+    let mut other = store.pool().begin().await.unwrap();
+    let won = sqlx::Postgres::claim(
+        &mut other,
+        &claim("a", "free", "fp", 1_000),
+        Duration::from_millis(200),
+    )
+    .await
+    .unwrap();
+    assert_eq!(won, Some(1));
+    assert_eq!(setting(&mut other).await, "0");
+    other.commit().await.unwrap();
+
+    // Once the holder commits, a bounded claim finds the row and does not win.
+    holder.commit().await.unwrap();
+    let mut after = store.pool().begin().await.unwrap();
+    let lost = sqlx::Postgres::claim(
+        &mut after,
+        &claim("a", "busy", "fp", 1_000),
+        Duration::from_millis(200),
+    )
+    .await
+    .unwrap();
+    assert_eq!(lost, None);
+    assert_eq!(setting(&mut after).await, "0");
+}

@@ -15,6 +15,19 @@ pub enum KeyRequirement {
     Optional,
 }
 
+/// Where the key travels (`key-in`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyIn {
+    /// In the configured header (`Idempotency-Key` by default).
+    Header,
+    /// In the top-level string field `idempotency_key` of a JSON request body,
+    /// as Square and Twilio carry it ([`BODY_KEY_FIELD`]).
+    Body,
+}
+
+/// The request-body field read under [`KeyIn::Body`].
+pub const BODY_KEY_FIELD: &str = "idempotency_key";
+
 /// What a retry gets when the stored outcome is a failure (`failure-replay`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureReplay {
@@ -61,27 +74,31 @@ impl MismatchStatus {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_runtime::server::{FailureReplay, InFlight, Policy};
+/// use idem_runtime::server::{FailureReplay, InFlight, KeyIn, Policy};
 ///
 /// let policy = Policy::new()
 ///     .header("Idempotency-Key")
+///     .key_in(KeyIn::Header)
 ///     .key_max_length(255)
 ///     .replay_window(Duration::from_secs(24 * 3600))
 ///     .reaper_after(Duration::from_secs(72 * 3600))
 ///     .failure_replay(FailureReplay::Verbatim)
 ///     .in_flight(InFlight::Conflict)
+///     .duplicate_wait(Duration::from_secs(2))
 ///     .lock_timeout(Duration::from_secs(60));
 /// assert_eq!(policy.replay_window_duration(), Duration::from_secs(86_400));
 /// ```
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub(crate) header: String,
+    pub(crate) key_in: KeyIn,
     pub(crate) key_max_length: usize,
     pub(crate) key: KeyRequirement,
     pub(crate) replay_window: Duration,
     pub(crate) reaper_after: Duration,
     pub(crate) failure_replay: FailureReplay,
     pub(crate) in_flight: InFlight,
+    pub(crate) duplicate_wait: Duration,
     pub(crate) lock_timeout: Duration,
     pub(crate) mismatch: MismatchStatus,
     pub(crate) max_request_body: usize,
@@ -94,12 +111,14 @@ impl Default for Policy {
     fn default() -> Self {
         Policy {
             header: "idempotency-key".to_owned(),
+            key_in: KeyIn::Header,
             key_max_length: 255,
             key: KeyRequirement::Required,
             replay_window: Duration::from_secs(24 * 3600),
             reaper_after: Duration::from_secs(72 * 3600),
             failure_replay: FailureReplay::Verbatim,
             in_flight: InFlight::Conflict,
+            duplicate_wait: Duration::from_secs(2),
             lock_timeout: Duration::from_secs(60),
             mismatch: MismatchStatus::Conflict,
             max_request_body: 1024 * 1024,
@@ -123,9 +142,9 @@ impl Default for Policy {
 }
 
 impl Policy {
-    /// The defaults: `Idempotency-Key`, 255 bytes, key required, 24h replay
-    /// window, 72h reaper, verbatim failure replay, in-flight conflict, 60s
-    /// lock timeout, 409 on mismatch, 1 MiB request and stored-response caps.
+    /// The defaults: the key in the `Idempotency-Key` header, 255 bytes, key
+    /// required, 24h replay window, 72h reaper, verbatim failure replay,
+    /// in-flight conflict after a 2s duplicate wait, 60s lock timeout, 409 on mismatch, 1 MiB request and stored-response caps.
     pub fn new() -> Self {
         Policy::default()
     }
@@ -137,6 +156,20 @@ impl Policy {
     /// ```
     pub fn header(mut self, name: &str) -> Self {
         self.header = name.to_ascii_lowercase();
+        self
+    }
+
+    /// Where the key is read from (`key-in`): the header (default) or the
+    /// top-level `idempotency_key` string field of a JSON body. A body key is
+    /// validated like a header key; the fingerprint still covers the whole
+    /// body, key field included.
+    ///
+    /// ```
+    /// use idem_runtime::server::{KeyIn, Policy};
+    /// let p = Policy::new().key_in(KeyIn::Body);
+    /// ```
+    pub fn key_in(mut self, location: KeyIn) -> Self {
+        self.key_in = location;
         self
     }
 
@@ -202,6 +235,22 @@ impl Policy {
     /// ```
     pub fn in_flight(mut self, policy: InFlight) -> Self {
         self.in_flight = policy;
+        self
+    }
+
+    /// How long a duplicate waits for a concurrent original that has not
+    /// committed yet, under [`InFlight::Conflict`] and [`InFlight::Accepted`]
+    /// (default 2s); [`InFlight::Wait`] waits its own bound instead. Past it
+    /// the duplicate gets the in-flight answer (`409 idempotency_key_in_use`
+    /// or `202`) and gives its database connection back, so a slow handler
+    /// and a retry storm cannot exhaust the pool. Zero means "do not wait"
+    /// (1 ms, since PostgreSQL reads a zero lock timeout as "forever").
+    ///
+    /// ```
+    /// let p = idem_runtime::server::Policy::new().duplicate_wait(std::time::Duration::from_millis(500));
+    /// ```
+    pub fn duplicate_wait(mut self, wait: Duration) -> Self {
+        self.duplicate_wait = wait;
         self
     }
 
@@ -272,6 +321,17 @@ impl Policy {
     /// The configured replay window.
     pub fn replay_window_duration(&self) -> Duration {
         self.replay_window
+    }
+
+    /// How long a duplicate of an uncommitted request waits before getting
+    /// the in-flight answer: the [`InFlight::Wait`] bound, or
+    /// [`Policy::duplicate_wait`].
+    pub fn duplicate_wait_bound(&self) -> Duration {
+        let wait = match self.in_flight {
+            InFlight::Wait(bound) => bound,
+            InFlight::Conflict | InFlight::Accepted => self.duplicate_wait,
+        };
+        wait.max(Duration::from_millis(1))
     }
 
     pub(crate) fn validate(&self) -> Result<Validated, ConfigError> {

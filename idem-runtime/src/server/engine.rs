@@ -14,9 +14,9 @@ use http_body_util::{BodyExt, Limited};
 use sqlx::Transaction;
 
 use super::clock::{ms, now_ms};
-use super::config::{FailureReplay, InFlight, KeyRequirement, Policy};
+use super::config::{BODY_KEY_FIELD, FailureReplay, InFlight, KeyIn, KeyRequirement, Policy};
 use super::error::{ConfigError, IdempotencyError, StoreError};
-use super::key::{fingerprint, read_key};
+use super::key::{BodyKey, fingerprint, read_body_key, read_key};
 use super::phased::Operation;
 use super::response::StoredResponse;
 use super::scope::{GlobalScope, ScopeExtractor};
@@ -191,12 +191,19 @@ impl<DB: Backend> Idempotency<DB> {
     ) -> Result<Prepared, IdempotencyError> {
         let policy = &self.inner.policy;
         let header = &self.inner.header;
-        let key = read_key(&parts.headers, header, policy.key_max_length).map_err(|problem| {
-            IdempotencyError::InvalidKey {
-                header: header.to_string(),
-                problem,
+        // A header key is checked before the body is read, so a malformed one
+        // costs nothing; a body key can only be read with the body.
+        let header_key = match policy.key_in {
+            KeyIn::Header => {
+                read_key(&parts.headers, header, policy.key_max_length).map_err(|problem| {
+                    IdempotencyError::InvalidKey {
+                        header: header.to_string(),
+                        problem,
+                    }
+                })?
             }
-        })?;
+            KeyIn::Body => None,
+        };
         let scope = self
             .inner
             .scope
@@ -230,11 +237,38 @@ impl<DB: Backend> Idempotency<DB> {
                 let essence = ct.split(';').next().unwrap_or("").trim();
                 essence.eq_ignore_ascii_case("application/json") || essence.ends_with("+json")
             });
+        let key_in_body = policy.key_in == KeyIn::Body;
+        // Parsed once, for the body key and the canonical fingerprint both.
+        let json = if is_json || key_in_body {
+            serde_json::from_slice::<serde_json::Value>(&body).ok()
+        } else {
+            None
+        };
+        let key = if key_in_body {
+            let field = BODY_KEY_FIELD;
+            match read_body_key(json.as_ref(), field, policy.key_max_length)
+                .map_err(|problem| IdempotencyError::InvalidBodyKey { field, problem })?
+            {
+                BodyKey::Found(key) => Some(key),
+                BodyKey::Absent => None,
+                BodyKey::NotAnObject if self.key_required() => {
+                    return Err(IdempotencyError::MissingBodyKey {
+                        field,
+                        not_json: true,
+                    });
+                }
+                // An optional key: a body with no fields simply carries none.
+                BodyKey::NotAnObject => None,
+            }
+        } else {
+            header_key
+        };
         let path = parts
             .uri
             .path_and_query()
             .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned());
-        let fingerprint = fingerprint(&parts.method, &path, is_json, &body);
+        let canonical = if is_json { json.as_ref() } else { None };
+        let fingerprint = fingerprint(&parts.method, &path, canonical, &body);
         Ok(Prepared {
             scope,
             key,
@@ -252,16 +286,41 @@ impl<DB: Backend> Idempotency<DB> {
         self.inner.policy.key == KeyRequirement::Required
     }
 
+    /// The refusal of a request that carries no key where one is required.
+    pub(crate) fn missing_key(&self) -> IdempotencyError {
+        match self.inner.policy.key_in {
+            KeyIn::Header => IdempotencyError::MissingKey {
+                header: self.inner.header.to_string(),
+            },
+            KeyIn::Body => IdempotencyError::MissingBodyKey {
+                field: BODY_KEY_FIELD,
+                not_json: false,
+            },
+        }
+    }
+
+    /// What a duplicate gets while its key is in flight, by policy (a `Wait`
+    /// whose bound has passed answers as `Conflict`).
+    pub(crate) fn in_flight_answer(&self) -> Response {
+        match self.inner.policy.in_flight {
+            InFlight::Accepted => accepted_response(),
+            InFlight::Conflict | InFlight::Wait(_) => IdempotencyError::KeyInUse.into_response(),
+        }
+    }
+
     /// One claim attempt: the atomic insert, and on conflict a read of the
     /// record it lost to and a branch on its state.
     ///
     /// `resumable` names the phased operation allowed to take over an
     /// abandoned in-flight record of its own.
+    /// `wait` bounds how long the claim waits for a duplicate's uncommitted
+    /// claim; past it the key counts as in flight.
     pub(crate) async fn claim_once(
         &self,
         prepared: &Prepared,
         key: &str,
         resumable: Option<&str>,
+        wait: Duration,
     ) -> Result<Claim<DB>, IdempotencyError> {
         let policy = &self.inner.policy;
         let err = unavailable(policy);
@@ -289,12 +348,20 @@ impl<DB: Backend> Idempotency<DB> {
                 .begin()
                 .await
                 .map_err(|e| err(e.into()))?;
-            if let Some(generation) = DB::claim(&mut tx, &claim).await.map_err(&err)? {
-                return Ok(Claim::Won {
-                    tx,
-                    generation,
-                    resumed: None,
-                });
+            match DB::claim(&mut tx, &claim, wait).await {
+                Ok(Some(generation)) => {
+                    return Ok(Claim::Won {
+                        tx,
+                        generation,
+                        resumed: None,
+                    });
+                }
+                Ok(None) => {}
+                // The original has not committed within the bound: it is in
+                // flight. Dropping the aborted transaction gives the
+                // connection back at once.
+                Err(StoreError::LockWaitExpired { .. }) => return Ok(Claim::InFlight),
+                Err(e) => return Err(err(e)),
             }
             let Some(record) = DB::load(&mut tx, &prepared.scope, key)
                 .await
@@ -374,19 +441,24 @@ impl<DB: Backend> Idempotency<DB> {
 
     /// Claims, applying the in-flight policy when the key is busy. `Ok(Err(response))`
     /// is a finished answer (replay, 202); `Err` a protocol error.
+    ///
+    /// `started` is when the request began waiting for its key, so time spent
+    /// queueing for the key's turn counts against an `in-flight: wait` bound.
     pub(crate) async fn claim(
         &self,
         prepared: &Prepared,
         key: &str,
         resumable: Option<&str>,
+        started: Instant,
     ) -> Result<
         Result<(Transaction<'static, DB>, i64, Option<KeyRecord>), Response>,
         IdempotencyError,
     > {
-        let started = Instant::now();
+        let bound = self.inner.policy.duplicate_wait_bound();
         let mut pause = Duration::from_millis(20);
         loop {
-            match self.claim_once(prepared, key, resumable).await? {
+            let wait = bound.saturating_sub(started.elapsed());
+            match self.claim_once(prepared, key, resumable, wait).await? {
                 Claim::Won {
                     tx,
                     generation,
@@ -395,7 +467,7 @@ impl<DB: Backend> Idempotency<DB> {
                 Claim::Replay(stored) => return Ok(Err(stored.replay())),
                 Claim::InFlight => match self.inner.policy.in_flight {
                     InFlight::Conflict => return Err(IdempotencyError::KeyInUse),
-                    InFlight::Accepted => return Ok(Err(accepted_response())),
+                    InFlight::Accepted => return Ok(Err(self.in_flight_answer())),
                     InFlight::Wait(bound) => {
                         if started.elapsed() + pause > bound {
                             return Err(IdempotencyError::KeyInUse);

@@ -19,6 +19,14 @@ pub enum StoreError {
         /// What the database said.
         source: sqlx::Error,
     },
+    /// The claim waited `waited` for another transaction holding an
+    /// uncommitted claim on the same key, and gave up (PostgreSQL SQLSTATE
+    /// `55P03`, lock_not_available). The key is in flight; nothing was written.
+    #[error("the key's claim is held by an uncommitted transaction; gave up after {waited:?}")]
+    LockWaitExpired {
+        /// The bound that passed.
+        waited: Duration,
+    },
     /// A stored value is not one this version wrote.
     #[error("key store holds an unexpected {what}: {value:?}")]
     Corrupt {
@@ -83,6 +91,8 @@ pub enum KeyProblem {
     },
     /// The header appears more than once.
     Repeated,
+    /// The body field holds a JSON value that is not a string.
+    NotAString,
 }
 
 impl std::fmt::Display for KeyProblem {
@@ -97,6 +107,7 @@ impl std::fmt::Display for KeyProblem {
                 "has a character outside visible ASCII at byte {position}"
             ),
             KeyProblem::Repeated => f.write_str("is sent more than once"),
+            KeyProblem::NotAString => f.write_str("is not a JSON string"),
         }
     }
 }
@@ -111,11 +122,31 @@ pub enum IdempotencyError {
         /// Header name.
         header: String,
     },
+    /// The operation requires a key in a JSON body field and none was found.
+    #[error(
+        "this operation requires an idempotency key in the top-level {field:?} string field of \
+         a JSON request body{}",
+        if *not_json { "; the request body is not a JSON object" } else { "" }
+    )]
+    MissingBodyKey {
+        /// The body field (`idempotency_key`).
+        field: &'static str,
+        /// The body is not a JSON object at all (not JSON, or an array or scalar).
+        not_json: bool,
+    },
     /// The key is malformed.
     #[error("the {header} header {problem}")]
     InvalidKey {
         /// Header name.
         header: String,
+        /// What is wrong with it.
+        problem: KeyProblem,
+    },
+    /// The key in the JSON body is malformed.
+    #[error("the {field:?} field of the request body {problem}")]
+    InvalidBodyKey {
+        /// The body field (`idempotency_key`).
+        field: &'static str,
         /// What is wrong with it.
         problem: KeyProblem,
     },
@@ -198,8 +229,12 @@ impl IdempotencyError {
     /// The machine-readable code in the error body.
     pub fn code(&self) -> &'static str {
         match self {
-            IdempotencyError::MissingKey { .. } => "idempotency_key_missing",
-            IdempotencyError::InvalidKey { .. } => "idempotency_key_invalid",
+            IdempotencyError::MissingKey { .. } | IdempotencyError::MissingBodyKey { .. } => {
+                "idempotency_key_missing"
+            }
+            IdempotencyError::InvalidKey { .. } | IdempotencyError::InvalidBodyKey { .. } => {
+                "idempotency_key_invalid"
+            }
             IdempotencyError::ScopeRejected { .. } => "caller_unidentified",
             IdempotencyError::BodyTooLarge { .. } => "request_body_too_large",
             IdempotencyError::BodyUnreadable => "request_body_unreadable",
@@ -217,9 +252,10 @@ impl IdempotencyError {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
-            IdempotencyError::MissingKey { .. } | IdempotencyError::InvalidKey { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            IdempotencyError::MissingKey { .. }
+            | IdempotencyError::MissingBodyKey { .. }
+            | IdempotencyError::InvalidKey { .. }
+            | IdempotencyError::InvalidBodyKey { .. } => StatusCode::BAD_REQUEST,
             IdempotencyError::ScopeRejected { status, .. } => *status,
             IdempotencyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             IdempotencyError::BodyUnreadable => StatusCode::BAD_REQUEST,

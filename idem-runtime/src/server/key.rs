@@ -18,7 +18,12 @@ pub(crate) fn read_key(
     if values.next().is_some() {
         return Err(KeyProblem::Repeated);
     }
-    let bytes = value.as_bytes();
+    validate(value.as_bytes(), max_len).map(Some)
+}
+
+/// The same checks for a header value and a body field: non-empty, at most
+/// `max_len` bytes, visible ASCII only.
+fn validate(bytes: &[u8], max_len: usize) -> Result<String, KeyProblem> {
     if bytes.is_empty() {
         return Err(KeyProblem::Empty);
     }
@@ -32,7 +37,37 @@ pub(crate) fn read_key(
         return Err(KeyProblem::NotVisibleAscii { position });
     }
     // Every byte is visible ASCII, so this is valid UTF-8.
-    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+    Ok(String::from_utf8_lossy(bytes).into_owned())
+}
+
+/// Where a key in the body stands.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum BodyKey {
+    /// A valid key.
+    Found(String),
+    /// A JSON object without the field.
+    Absent,
+    /// Not a JSON object (not JSON at all, or an array or scalar), so there
+    /// is no field to read.
+    NotAnObject,
+}
+
+/// Reads and validates the top-level string field `field` of a parsed body.
+pub(crate) fn read_body_key(
+    body: Option<&serde_json::Value>,
+    field: &str,
+    max_len: usize,
+) -> Result<BodyKey, KeyProblem> {
+    let Some(serde_json::Value::Object(map)) = body else {
+        return Ok(BodyKey::NotAnObject);
+    };
+    match map.get(field) {
+        None => Ok(BodyKey::Absent),
+        Some(serde_json::Value::String(key)) => {
+            validate(key.as_bytes(), max_len).map(BodyKey::Found)
+        }
+        Some(_) => Err(KeyProblem::NotAString),
+    }
 }
 
 /// SHA-256 over method, path (with query) and the canonical body, hex-encoded.
@@ -41,18 +76,20 @@ pub(crate) fn read_key(
 /// dropped) so that a retry serialized by a different library still matches;
 /// any other body is hashed as raw bytes. Each part is length-prefixed so no
 /// two different requests can concatenate to the same input.
-pub(crate) fn fingerprint(method: &Method, path: &str, is_json: bool, body: &[u8]) -> String {
-    let canonical = if is_json {
-        serde_json::from_slice::<serde_json::Value>(body)
-            .ok()
-            .map(|value| {
-                let mut out = String::with_capacity(body.len());
-                canonical_json(&value, &mut out);
-                out.into_bytes()
-            })
-    } else {
-        None
-    };
+///
+/// `json` is the body parsed as JSON when it is to be canonicalised (a JSON
+/// content type), parsed once by the caller and shared with the body-key reader.
+pub(crate) fn fingerprint(
+    method: &Method,
+    path: &str,
+    json: Option<&serde_json::Value>,
+    body: &[u8],
+) -> String {
+    let canonical = json.map(|value| {
+        let mut out = String::with_capacity(body.len());
+        canonical_json(value, &mut out);
+        out.into_bytes()
+    });
     let body = canonical.as_deref().unwrap_or(body);
     let mut hasher = Sha256::new();
     for part in [method.as_str().as_bytes(), path.as_bytes(), body] {
@@ -136,6 +173,50 @@ mod tests {
         assert_eq!(
             read_key(&headers(&[b'k'; 256]), &name, 255),
             Err(KeyProblem::TooLong { len: 256, max: 255 })
+        );
+    }
+
+    fn fingerprint(method: &Method, path: &str, is_json: bool, body: &[u8]) -> String {
+        let json = if is_json {
+            serde_json::from_slice::<serde_json::Value>(body).ok()
+        } else {
+            None
+        };
+        super::fingerprint(method, path, json.as_ref(), body)
+    }
+
+    #[test]
+    fn read_body_key_takes_a_top_level_string_only() {
+        let read = |body: &str| {
+            let json = serde_json::from_str::<serde_json::Value>(body).ok();
+            read_body_key(json.as_ref(), "idempotency_key", 8)
+        };
+        assert_eq!(
+            read(r#"{"idempotency_key":"k-1","n":1}"#),
+            Ok(BodyKey::Found("k-1".into()))
+        );
+        assert_eq!(
+            read(r#"{"n":{"idempotency_key":"k"}}"#),
+            Ok(BodyKey::Absent)
+        );
+        assert_eq!(read("not json"), Ok(BodyKey::NotAnObject));
+        assert_eq!(read(r#"["idempotency_key"]"#), Ok(BodyKey::NotAnObject));
+        assert_eq!(
+            read(r#"{"idempotency_key":7}"#),
+            Err(KeyProblem::NotAString)
+        );
+        assert_eq!(
+            read(r#"{"idempotency_key":null}"#),
+            Err(KeyProblem::NotAString)
+        );
+        assert_eq!(read(r#"{"idempotency_key":""}"#), Err(KeyProblem::Empty));
+        assert_eq!(
+            read(r#"{"idempotency_key":"a b"}"#),
+            Err(KeyProblem::NotVisibleAscii { position: 1 })
+        );
+        assert_eq!(
+            read(r#"{"idempotency_key":"123456789"}"#),
+            Err(KeyProblem::TooLong { len: 9, max: 8 })
         );
     }
 

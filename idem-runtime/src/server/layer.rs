@@ -4,6 +4,7 @@ use std::convert::Infallible;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Request};
@@ -228,24 +229,32 @@ where
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
+    // Held until the transaction has ended (after `finish` below): while it
+    // is, a duplicate in this process waits for the turn, bounded, instead of
+    // queueing for a pool connection behind the claim it cannot see.
+    let _turn;
     let (tx, generation) = match prepared.key.as_deref() {
-        None if idem.key_required() => {
-            return IdempotencyError::MissingKey {
-                header: idem.inner.header.to_string(),
-            }
-            .into_response();
-        }
+        None if idem.key_required() => return idem.missing_key().into_response(),
         // Optional key, none sent: the handler still gets its transaction,
         // committed with its response, but nothing is recorded.
         None => match idem.store().pool().begin().await {
             Ok(tx) => (tx, None),
             Err(e) => return idem.store_error(e.into()).into_response(),
         },
-        Some(key) => match idem.claim(&prepared, key, None).await {
-            Ok(Ok((tx, generation, _))) => (tx, Some(generation)),
-            Ok(Err(answer)) => return answer,
-            Err(e) => return e.into_response(),
-        },
+        Some(key) => {
+            let started = Instant::now();
+            let wait = idem.policy().duplicate_wait_bound();
+            let gate = idem.store().gate();
+            _turn = match gate.take(&prepared.scope, key, wait).await {
+                Some(turn) => turn,
+                None => return idem.in_flight_answer(),
+            };
+            match idem.claim(&prepared, key, None, started).await {
+                Ok(Ok((tx, generation, _))) => (tx, Some(generation)),
+                Ok(Err(answer)) => return answer,
+                Err(e) => return e.into_response(),
+            }
+        }
     };
     let slot: Slot<DB> = Arc::new(Mutex::new(Some(tx)));
     parts.extensions.insert(TxSlot(Arc::clone(&slot)));

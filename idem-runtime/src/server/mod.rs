@@ -43,6 +43,7 @@ mod clock;
 mod config;
 mod engine;
 mod error;
+mod gate;
 mod jobs;
 mod key;
 mod layer;
@@ -51,7 +52,9 @@ mod response;
 mod scope;
 mod store;
 
-pub use config::{FailureReplay, InFlight, KeyRequirement, MismatchStatus, Policy};
+pub use config::{
+    BODY_KEY_FIELD, FailureReplay, InFlight, KeyIn, KeyRequirement, MismatchStatus, Policy,
+};
 pub use engine::{Idempotency, IdempotencyBuilder};
 pub use error::{ConfigError, IdempotencyError, KeyProblem, StoreError};
 pub use jobs::{CompleterReport, ReaperReport};

@@ -349,17 +349,19 @@ impl<DB: Backend> Idempotency<DB> {
             Err(e) => return e.into_response(),
         };
         let Some(key) = prepared.key.clone() else {
-            return IdempotencyError::MissingKey {
-                header: self.inner.header.to_string(),
-            }
-            .into_response();
+            return self.missing_key().into_response();
         };
-        let (tx, generation, resumed) =
-            match self.claim(&prepared, &key, Some(operation.name())).await {
-                Ok(Ok(won)) => won,
-                Ok(Err(answer)) => return answer,
-                Err(e) => return e.into_response(),
-            };
+        // No per-key turn here: a phased claim commits with its first step,
+        // after which duplicates see it and get the in-flight answer at once.
+        let started = std::time::Instant::now();
+        let (tx, generation, resumed) = match self
+            .claim(&prepared, &key, Some(operation.name()), started)
+            .await
+        {
+            Ok(Ok(won)) => won,
+            Ok(Err(answer)) => return answer,
+            Err(e) => return e.into_response(),
+        };
         let run = Run {
             idem: self.clone(),
             scope: prepared.scope,

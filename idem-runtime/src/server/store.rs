@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgPoolOptions, Postgres};
@@ -17,6 +18,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Pool, Row, Sqlite};
 
 use super::error::StoreError;
+use super::gate::KeyGate;
 use super::response::StoredResponse;
 
 /// A boxed, sendable future, as the backend trait returns.
@@ -164,9 +166,17 @@ pub trait Backend: sqlx::Database + Sized {
 
     /// The claim: one `INSERT … ON CONFLICT (scope, idem_key) DO NOTHING RETURNING`.
     /// `Some(generation)` means this caller won.
+    ///
+    /// When another transaction holds an uncommitted claim on the same key
+    /// the insert waits for it to end; `wait` bounds that wait, after which
+    /// the claim fails with [`StoreError::LockWaitExpired`] and the
+    /// transaction is aborted. The bound covers this statement only, never
+    /// the statements that follow it in the transaction. (SQLite never waits
+    /// here: its one writer connection is held by whoever claimed.)
     fn claim<'a>(
         conn: &'a mut Self::Connection,
         claim: &'a NewClaim<'a>,
+        wait: Duration,
     ) -> BoxFuture<'a, Result<Option<i64>, StoreError>>;
 
     /// Re-claims a record whose replay window has passed, in one conditional
@@ -271,6 +281,31 @@ const CLAIM: &str = "INSERT INTO idem_keys (scope, idem_key, fingerprint, state,
      request_method, request_path, request_body, recovery_point, lock_generation, locked_at, \
      created_at) VALUES ($1, $2, $3, 'in_flight', $4, $5, $6, $7, 'started', 1, $8, $8) \
      ON CONFLICT (scope, idem_key) DO NOTHING RETURNING lock_generation";
+
+// PostgreSQL's claim, bounded. `lock_timeout` is set transaction-locally
+// (`set_config(…, true)`) before the insert and put back to the value it had
+// after it, in the same statement, so the bound costs no extra round trip and
+// never applies to the handler's own statements. The order is forced by data
+// dependencies rather than by evaluation order within a target list:
+// `prior` is read before `bounded` sets the bound (a MATERIALIZED CTE is
+// computed before it is scanned), the insert reads its row from `bounded`,
+// and the outer row that restores the value needs the insert's outcome.
+// When the wait expires the statement fails with 55P03 and the aborted
+// transaction discards the local setting anyway.
+const CLAIM_BOUNDED_POSTGRES: &str = "WITH prior AS MATERIALIZED (\
+       SELECT current_setting('lock_timeout') AS lock_timeout), \
+     bounded AS MATERIALIZED (\
+       SELECT prior.lock_timeout, set_config('lock_timeout', $9, true) AS applied FROM prior), \
+     claimed AS (\
+       INSERT INTO idem_keys (scope, idem_key, fingerprint, state, operation, \
+       request_method, request_path, request_body, recovery_point, lock_generation, locked_at, \
+       created_at) SELECT $1, $2, $3, 'in_flight', $4, $5, $6, $7, 'started', 1, $8, $8 \
+       FROM bounded ON CONFLICT (scope, idem_key) DO NOTHING RETURNING lock_generation) \
+     SELECT claimed.lock_generation, set_config('lock_timeout', bounded.lock_timeout, true) AS restored \
+     FROM bounded LEFT JOIN claimed ON true";
+
+/// SQLSTATE lock_not_available: a `lock_timeout` expired.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 const RECLAIM_EXPIRED: &str = "UPDATE idem_keys SET fingerprint = $3, state = 'in_flight', \
      operation = $4, request_method = $5, request_path = $6, request_body = $7, \
@@ -399,7 +434,7 @@ fn now_for_migrations() -> i64 {
 }
 
 macro_rules! impl_backend {
-    ($db:ty, $migrations:expr, $lock:expr) => {
+    ($db:ty, $migrations:expr, $lock:expr, $claim:path) => {
         impl Backend for $db {
             fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>> {
                 Box::pin(async move {
@@ -438,21 +473,9 @@ macro_rules! impl_backend {
             fn claim<'a>(
                 conn: &'a mut Self::Connection,
                 c: &'a NewClaim<'a>,
+                wait: Duration,
             ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
-                Box::pin(async move {
-                    let generation: Option<i64> = sqlx::query_scalar(CLAIM)
-                        .bind(c.scope)
-                        .bind(c.key)
-                        .bind(c.fingerprint)
-                        .bind(c.operation)
-                        .bind(c.request.map(|r| r.method.as_str()))
-                        .bind(c.request.map(|r| r.path.as_str()))
-                        .bind(c.request.map(|r| r.body.as_slice()))
-                        .bind(c.now)
-                        .fetch_optional(&mut *conn)
-                        .await?;
-                    Ok(generation)
-                })
+                Box::pin($claim(conn, c, wait))
             }
 
             fn reclaim_expired<'a>(
@@ -689,8 +712,72 @@ macro_rules! impl_backend {
     };
 }
 
-impl_backend!(Sqlite, SQLITE_MIGRATIONS, SQLITE_MIGRATION_LOCK);
-impl_backend!(Postgres, POSTGRES_MIGRATIONS, POSTGRES_MIGRATION_LOCK);
+/// SQLite's claim: the plain statement. `wait` has nothing to bound here:
+/// one connection per pool means no other transaction of this process holds
+/// the write lock while this one runs (the in-process [`KeyGate`] bounds the
+/// wait for that connection), and another process's writer is waited for by
+/// the busy timeout, which cannot tell a duplicate from any other write.
+async fn claim_sqlite(
+    conn: &mut sqlx::SqliteConnection,
+    c: &NewClaim<'_>,
+    _wait: Duration,
+) -> Result<Option<i64>, StoreError> {
+    let generation: Option<i64> = sqlx::query_scalar(CLAIM)
+        .bind(c.scope)
+        .bind(c.key)
+        .bind(c.fingerprint)
+        .bind(c.operation)
+        .bind(c.request.map(|r| r.method.as_str()))
+        .bind(c.request.map(|r| r.path.as_str()))
+        .bind(c.request.map(|r| r.body.as_slice()))
+        .bind(c.now)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(generation)
+}
+
+/// PostgreSQL's claim, with the wait for an uncommitted duplicate bounded.
+async fn claim_postgres(
+    conn: &mut sqlx::PgConnection,
+    c: &NewClaim<'_>,
+    wait: Duration,
+) -> Result<Option<i64>, StoreError> {
+    // Whole milliseconds, at least one: PostgreSQL reads 0 as "no limit",
+    // and the setting tops out at i32::MAX ms.
+    let millis = wait.as_millis().clamp(1, i32::MAX as u128);
+    let generation: Result<Option<i64>, sqlx::Error> = sqlx::query_scalar(CLAIM_BOUNDED_POSTGRES)
+        .bind(c.scope)
+        .bind(c.key)
+        .bind(c.fingerprint)
+        .bind(c.operation)
+        .bind(c.request.map(|r| r.method.as_str()))
+        .bind(c.request.map(|r| r.path.as_str()))
+        .bind(c.request.map(|r| r.body.as_slice()))
+        .bind(c.now)
+        .bind(format!("{millis}ms"))
+        .fetch_one(&mut *conn)
+        .await;
+    match generation {
+        Ok(generation) => Ok(generation),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
+            Err(StoreError::LockWaitExpired { waited: wait })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl_backend!(
+    Sqlite,
+    SQLITE_MIGRATIONS,
+    SQLITE_MIGRATION_LOCK,
+    claim_sqlite
+);
+impl_backend!(
+    Postgres,
+    POSTGRES_MIGRATIONS,
+    POSTGRES_MIGRATION_LOCK,
+    claim_postgres
+);
 
 /// The key store: a connection pool and the schema in it.
 ///
@@ -705,12 +792,16 @@ impl_backend!(Postgres, POSTGRES_MIGRATIONS, POSTGRES_MIGRATION_LOCK);
 #[derive(Debug)]
 pub struct Store<DB: Backend> {
     pool: Pool<DB>,
+    /// Per-key turns in this process; shared by clones, like the pool whose
+    /// connections it keeps duplicates from queueing for.
+    gate: Arc<KeyGate>,
 }
 
 impl<DB: Backend> Clone for Store<DB> {
     fn clone(&self) -> Self {
         Store {
             pool: self.pool.clone(),
+            gate: Arc::clone(&self.gate),
         }
     }
 }
@@ -718,7 +809,14 @@ impl<DB: Backend> Clone for Store<DB> {
 impl<DB: Backend> Store<DB> {
     /// Wraps a pool the application already has (the business tables live there too).
     pub fn new(pool: Pool<DB>) -> Self {
-        Store { pool }
+        Store {
+            pool,
+            gate: Arc::default(),
+        }
+    }
+
+    pub(crate) fn gate(&self) -> &Arc<KeyGate> {
+        &self.gate
     }
 
     /// The pool; business code shares it.
@@ -756,7 +854,7 @@ impl Store<Sqlite> {
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(options)
             .await?;
-        Ok(Store { pool })
+        Ok(Store::new(pool))
     }
 }
 
@@ -769,6 +867,6 @@ impl Store<Postgres> {
             .acquire_timeout(Duration::from_secs(10))
             .connect(url)
             .await?;
-        Ok(Store { pool })
+        Ok(Store::new(pool))
     }
 }
