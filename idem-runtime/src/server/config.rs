@@ -47,8 +47,11 @@ pub enum InFlight {
     /// Wait for the first request's outcome, up to the given bound, then
     /// answer as [`InFlight::Conflict`].
     Wait(Duration),
-    /// `202 Accepted` with code `idempotency_key_in_flight`; retrying the same
-    /// request with the same key fetches the outcome.
+    /// `202 Accepted` with code `idempotency_key_in_flight`, a `Location`
+    /// header naming the key's status resource (see
+    /// [`Policy::status_prefix`] and `Idempotency::status_router`), and the
+    /// same URL as `status_url` in the body. Polling that URL, or retrying
+    /// the same request with the same key, fetches the outcome.
     Accepted,
 }
 
@@ -105,7 +108,11 @@ pub struct Policy {
     pub(crate) max_response_body: usize,
     pub(crate) replay_headers: Vec<String>,
     pub(crate) retry_after: Duration,
+    pub(crate) status_prefix: String,
 }
+
+/// The default path prefix of the status resource: `/idempotency-keys/{key}`.
+pub const DEFAULT_STATUS_PREFIX: &str = "/idempotency-keys";
 
 impl Default for Policy {
     fn default() -> Self {
@@ -137,6 +144,7 @@ impl Default for Policy {
             .map(|h| h.as_str().to_owned())
             .collect(),
             retry_after: Duration::from_secs(2),
+            status_prefix: DEFAULT_STATUS_PREFIX.to_owned(),
         }
     }
 }
@@ -318,6 +326,22 @@ impl Policy {
         self
     }
 
+    /// Path prefix of the key status resource that `in-flight: accepted`
+    /// points at: a key `k` lives at `{prefix}/{k}`, the key percent-encoded
+    /// (default [`DEFAULT_STATUS_PREFIX`], `/idempotency-keys`). The prefix is
+    /// the path clients see; serve `Idempotency::status_router` there by
+    /// merging it into the app at its root. It must start with `/`, not end
+    /// with one, and use only letters, digits, `-`, `.`, `_`, `~` and `/`
+    /// (checked by `build`).
+    ///
+    /// ```
+    /// let p = idem_runtime::server::Policy::new().status_prefix("/v1/idempotency-keys");
+    /// ```
+    pub fn status_prefix(mut self, prefix: &str) -> Self {
+        self.status_prefix = prefix.to_owned();
+        self
+    }
+
     /// The configured replay window.
     pub fn replay_window_duration(&self) -> Duration {
         self.replay_window
@@ -344,6 +368,11 @@ impl Policy {
         if self.key_max_length == 0 {
             return Err(ConfigError::ZeroKeyLength);
         }
+        if !valid_status_prefix(&self.status_prefix) {
+            return Err(ConfigError::InvalidStatusPrefix {
+                prefix: self.status_prefix.clone(),
+            });
+        }
         let header = HeaderName::from_bytes(self.header.as_bytes()).map_err(|_| {
             ConfigError::InvalidHeader {
                 name: self.header.clone(),
@@ -363,6 +392,22 @@ impl Policy {
             replay_headers,
         })
     }
+}
+
+/// A prefix the router can mount and a `Location` can carry unescaped:
+/// `/segment(/segment)*` with unreserved characters only, so neither the
+/// route syntax (`{`, `*`) nor the URI syntax (`?`, `#`, `%`) can creep in.
+fn valid_status_prefix(prefix: &str) -> bool {
+    let Some(rest) = prefix.strip_prefix('/') else {
+        return false;
+    };
+    !rest.is_empty()
+        && rest.split('/').all(|segment| {
+            !segment.is_empty()
+                && segment
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+        })
 }
 
 pub(crate) struct Validated {
@@ -395,6 +440,23 @@ mod tests {
             Policy::new().header("bad header").validate(),
             Err(ConfigError::InvalidHeader { .. })
         ));
+        for bad in [
+            "", "/", "keys", "/keys/", "/a//b", "/{key}", "/a?b", "/a%20b", "/*rest",
+        ] {
+            assert!(
+                matches!(
+                    Policy::new().status_prefix(bad).validate(),
+                    Err(ConfigError::InvalidStatusPrefix { .. })
+                ),
+                "{bad:?} accepted"
+            );
+        }
+        assert!(
+            Policy::new()
+                .status_prefix("/v1/idempotency-keys")
+                .validate()
+                .is_ok()
+        );
         let ok = Policy::new()
             .header("X-Idempotency-Key")
             .validate()

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderName, Method, StatusCode, header};
+use http::{HeaderName, Method, header};
 use http_body_util::{BodyExt, Limited};
 use sqlx::Transaction;
 
@@ -147,8 +147,9 @@ pub(crate) enum Claim<DB: Backend> {
     },
     /// The outcome is stored: replay it.
     Replay(StoredResponse),
-    /// Someone else holds the key right now.
-    InFlight,
+    /// Someone else holds the key right now; the recovery point it reached,
+    /// when its record is visible.
+    InFlight(Option<String>),
 }
 
 fn unavailable(policy: &Policy) -> impl Fn(StoreError) -> IdempotencyError + '_ {
@@ -204,14 +205,7 @@ impl<DB: Backend> Idempotency<DB> {
             }
             KeyIn::Body => None,
         };
-        let scope = self
-            .inner
-            .scope
-            .scope(parts)
-            .map_err(|r| IdempotencyError::ScopeRejected {
-                status: r.status,
-                message: r.message,
-            })?;
+        let scope = self.scope_of(parts)?;
         let limit = policy.max_request_body;
         let declared_too_large = parts
             .headers
@@ -282,6 +276,17 @@ impl<DB: Backend> Idempotency<DB> {
         })
     }
 
+    /// The caller's scope, or the extractor's refusal (usually `401`).
+    pub(crate) fn scope_of(&self, parts: &Parts) -> Result<String, IdempotencyError> {
+        self.inner
+            .scope
+            .scope(parts)
+            .map_err(|r| IdempotencyError::ScopeRejected {
+                status: r.status,
+                message: r.message,
+            })
+    }
+
     pub(crate) fn key_required(&self) -> bool {
         self.inner.policy.key == KeyRequirement::Required
     }
@@ -300,10 +305,11 @@ impl<DB: Backend> Idempotency<DB> {
     }
 
     /// What a duplicate gets while its key is in flight, by policy (a `Wait`
-    /// whose bound has passed answers as `Conflict`).
-    pub(crate) fn in_flight_answer(&self) -> Response {
+    /// whose bound has passed answers as `Conflict`). `recovery_point` is
+    /// where a phased holder has got to, when known.
+    pub(crate) fn in_flight_answer(&self, key: &str, recovery_point: Option<&str>) -> Response {
         match self.inner.policy.in_flight {
-            InFlight::Accepted => accepted_response(),
+            InFlight::Accepted => self.accepted(key, recovery_point),
             InFlight::Conflict | InFlight::Wait(_) => IdempotencyError::KeyInUse.into_response(),
         }
     }
@@ -360,7 +366,7 @@ impl<DB: Backend> Idempotency<DB> {
                 // The original has not committed within the bound: it is in
                 // flight. Dropping the aborted transaction gives the
                 // connection back at once.
-                Err(StoreError::LockWaitExpired { .. }) => return Ok(Claim::InFlight),
+                Err(StoreError::LockWaitExpired { .. }) => return Ok(Claim::InFlight(None)),
                 Err(e) => return Err(err(e)),
             }
             let Some(record) = DB::load(&mut tx, &prepared.scope, key)
@@ -432,11 +438,11 @@ impl<DB: Backend> Idempotency<DB> {
                             resumed: Some(record),
                         });
                     }
-                    return Ok(Claim::InFlight);
+                    return Ok(Claim::InFlight(Some(record.recovery_point)));
                 }
             }
         }
-        Ok(Claim::InFlight)
+        Ok(Claim::InFlight(None))
     }
 
     /// Claims, applying the in-flight policy when the key is busy. `Ok(Err(response))`
@@ -465,9 +471,11 @@ impl<DB: Backend> Idempotency<DB> {
                     resumed,
                 } => return Ok(Ok((tx, generation, resumed))),
                 Claim::Replay(stored) => return Ok(Err(stored.replay())),
-                Claim::InFlight => match self.inner.policy.in_flight {
+                Claim::InFlight(recovery_point) => match self.inner.policy.in_flight {
                     InFlight::Conflict => return Err(IdempotencyError::KeyInUse),
-                    InFlight::Accepted => return Ok(Err(self.in_flight_answer())),
+                    InFlight::Accepted => {
+                        return Ok(Err(self.in_flight_answer(key, recovery_point.as_deref())));
+                    }
                     InFlight::Wait(bound) => {
                         if started.elapsed() + pause > bound {
                             return Err(IdempotencyError::KeyInUse);
@@ -538,17 +546,6 @@ impl<DB: Backend> Idempotency<DB> {
             .ok()
             .and_then(|ops| ops.get(name).cloned())
     }
-}
-
-fn accepted_response() -> Response {
-    super::error::error_response(
-        StatusCode::ACCEPTED,
-        "idempotency_key_in_flight",
-        "a request with this idempotency key is being processed; send the same request with \
-         the same key again to receive its outcome",
-        true,
-        Some(Duration::from_secs(1)),
-    )
 }
 
 /// Whether the protocol applies to `method` (safe methods pass through).

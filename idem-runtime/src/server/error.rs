@@ -64,6 +64,15 @@ pub enum ConfigError {
         /// The name given.
         name: String,
     },
+    /// The status resource's path prefix is not one the router can mount.
+    #[error(
+        "invalid status prefix {prefix:?}: it must start with '/', not end with one, and use \
+         only letters, digits, '-', '.', '_', '~' and '/'"
+    )]
+    InvalidStatusPrefix {
+        /// The prefix given.
+        prefix: String,
+    },
     /// `Set-Cookie` may never be stored and replayed to another request.
     #[error("{name} cannot be replayed: it would hand one response's session to another")]
     UnreplayableHeader {
@@ -93,6 +102,12 @@ pub enum KeyProblem {
     Repeated,
     /// The body field holds a JSON value that is not a string.
     NotAString,
+    /// A key in a URL path has a `%` not followed by two hex digits, at this
+    /// byte of the encoded segment.
+    MalformedEscape {
+        /// Byte offset of the `%`.
+        position: usize,
+    },
 }
 
 impl std::fmt::Display for KeyProblem {
@@ -108,6 +123,9 @@ impl std::fmt::Display for KeyProblem {
             ),
             KeyProblem::Repeated => f.write_str("is sent more than once"),
             KeyProblem::NotAString => f.write_str("is not a JSON string"),
+            KeyProblem::MalformedEscape { position } => {
+                write!(f, "has a malformed percent-escape at byte {position}")
+            }
         }
     }
 }
@@ -150,6 +168,18 @@ pub enum IdempotencyError {
         /// What is wrong with it.
         problem: KeyProblem,
     },
+    /// The key in a status resource's path is malformed.
+    #[error("the idempotency key in the request path {problem}")]
+    InvalidPathKey {
+        /// What is wrong with it.
+        problem: KeyProblem,
+    },
+    /// The status resource knows no such key for this caller.
+    #[error(
+        "no request with this idempotency key is known for this caller: it was never used, its \
+         replay window has passed, or it has not been committed yet"
+    )]
+    KeyUnknown,
     /// The caller could not be identified, so no scope exists for the key.
     #[error("{message}")]
     ScopeRejected {
@@ -232,9 +262,10 @@ impl IdempotencyError {
             IdempotencyError::MissingKey { .. } | IdempotencyError::MissingBodyKey { .. } => {
                 "idempotency_key_missing"
             }
-            IdempotencyError::InvalidKey { .. } | IdempotencyError::InvalidBodyKey { .. } => {
-                "idempotency_key_invalid"
-            }
+            IdempotencyError::InvalidKey { .. }
+            | IdempotencyError::InvalidBodyKey { .. }
+            | IdempotencyError::InvalidPathKey { .. } => "idempotency_key_invalid",
+            IdempotencyError::KeyUnknown => "idempotency_key_unknown",
             IdempotencyError::ScopeRejected { .. } => "caller_unidentified",
             IdempotencyError::BodyTooLarge { .. } => "request_body_too_large",
             IdempotencyError::BodyUnreadable => "request_body_unreadable",
@@ -255,7 +286,9 @@ impl IdempotencyError {
             IdempotencyError::MissingKey { .. }
             | IdempotencyError::MissingBodyKey { .. }
             | IdempotencyError::InvalidKey { .. }
-            | IdempotencyError::InvalidBodyKey { .. } => StatusCode::BAD_REQUEST,
+            | IdempotencyError::InvalidBodyKey { .. }
+            | IdempotencyError::InvalidPathKey { .. } => StatusCode::BAD_REQUEST,
+            IdempotencyError::KeyUnknown => StatusCode::NOT_FOUND,
             IdempotencyError::ScopeRejected { status, .. } => *status,
             IdempotencyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             IdempotencyError::BodyUnreadable => StatusCode::BAD_REQUEST,

@@ -99,6 +99,14 @@ impl KeyGate {
         }
     }
 
+    /// Whether a request in this process holds the key's turn right now: an
+    /// uncommitted claim no database read can see yet.
+    pub(crate) fn is_held(&self, scope: &str, key: &str) -> bool {
+        let keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        keys.get(&(scope.to_owned(), key.to_owned()))
+            .is_some_and(|entry| entry.turn.available_permits() == 0)
+    }
+
     #[cfg(test)]
     fn len(&self) -> usize {
         self.keys
@@ -115,8 +123,10 @@ mod tests {
     #[tokio::test]
     async fn one_turn_per_key_and_nothing_left_behind() {
         let gate = Arc::new(KeyGate::default());
+        assert!(!gate.is_held("a", "k"));
         let first = gate.take("a", "k", Duration::from_millis(1)).await;
         assert!(first.is_some());
+        assert!(gate.is_held("a", "k") && !gate.is_held("b", "k"));
         // Same key: refused once the bound passes. Another key or scope: free.
         assert!(
             gate.take("a", "k", Duration::from_millis(20))

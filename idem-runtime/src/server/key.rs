@@ -40,6 +40,51 @@ fn validate(bytes: &[u8], max_len: usize) -> Result<String, KeyProblem> {
     Ok(String::from_utf8_lossy(bytes).into_owned())
 }
 
+/// Percent-encodes a key as one URL path segment. Everything but the
+/// unreserved characters is escaped, so a key holding `/`, `?`, `#` or `%`
+/// stays one segment and decodes back to itself.
+pub(crate) fn encode_path_key(key: &str) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(DIGITS[usize::from(b >> 4)]));
+            out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+        }
+    }
+    out
+}
+
+/// Decodes a key from a percent-encoded URL path segment and validates it
+/// exactly like a header key. A `%` without two hex digits after it is
+/// refused rather than passed through, so one key has one spelling.
+pub(crate) fn read_path_key(segment: &str, max_len: usize) -> Result<String, KeyProblem> {
+    let raw = segment.as_bytes();
+    let mut decoded = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while let Some(&b) = raw.get(i) {
+        if b == b'%' {
+            let hi = raw.get(i + 1).and_then(|d| char::from(*d).to_digit(16));
+            let lo = raw.get(i + 2).and_then(|d| char::from(*d).to_digit(16));
+            match (hi, lo) {
+                (Some(hi), Some(lo)) => {
+                    // Two hex digits are at most 0xFF.
+                    decoded.push(u8::try_from(hi * 16 + lo).unwrap_or(u8::MAX));
+                    i += 3;
+                }
+                _ => return Err(KeyProblem::MalformedEscape { position: i }),
+            }
+        } else {
+            decoded.push(b);
+            i += 1;
+        }
+    }
+    validate(&decoded, max_len)
+}
+
 /// Where a key in the body stands.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum BodyKey {
@@ -172,6 +217,37 @@ mod tests {
         );
         assert_eq!(
             read_key(&headers(&[b'k'; 256]), &name, 255),
+            Err(KeyProblem::TooLong { len: 256, max: 255 })
+        );
+    }
+
+    #[test]
+    fn path_keys_round_trip_and_hostile_ones_are_refused() {
+        for key in ["order-739", "a/b?c#d%e", "~!$&'()*+,;=:@", "k"] {
+            let encoded = encode_path_key(key);
+            assert!(!encoded.contains(['/', '?', '#']), "{encoded}");
+            assert_eq!(read_path_key(&encoded, 255), Ok(key.to_owned()));
+        }
+        assert_eq!(encode_path_key("a/b c"), "a%2Fb%20c");
+        assert_eq!(read_path_key("", 255), Err(KeyProblem::Empty));
+        assert_eq!(
+            read_path_key("ab%2", 255),
+            Err(KeyProblem::MalformedEscape { position: 2 })
+        );
+        assert_eq!(
+            read_path_key("%zz", 255),
+            Err(KeyProblem::MalformedEscape { position: 0 })
+        );
+        assert_eq!(
+            read_path_key("a%20b", 255),
+            Err(KeyProblem::NotVisibleAscii { position: 1 })
+        );
+        assert_eq!(
+            read_path_key("caf%C3%A9", 255),
+            Err(KeyProblem::NotVisibleAscii { position: 3 })
+        );
+        assert_eq!(
+            read_path_key(&"k".repeat(256), 255),
             Err(KeyProblem::TooLong { len: 256, max: 255 })
         );
     }

@@ -247,7 +247,7 @@ where
             let gate = idem.store().gate();
             _turn = match gate.take(&prepared.scope, key, wait).await {
                 Some(turn) => turn,
-                None => return idem.in_flight_answer(),
+                None => return idem.in_flight_answer(key, None),
             };
             match idem.claim(&prepared, key, None, started).await {
                 Ok(Ok((tx, generation, _))) => (tx, Some(generation)),

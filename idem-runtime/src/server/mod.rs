@@ -12,6 +12,7 @@
 //! - [`Idempotency`]: the protocol, built with a [`Policy`] and a [`ScopeExtractor`].
 //! - [`IdempotencyLayer`] + [`IdemTx`]: single-phase axum handlers.
 //! - [`Operation`] + [`Run`]: phased operations around foreign calls, resumable.
+//! - [`Idempotency::status_router`]: the key status resource `in-flight: accepted` points at.
 //! - [`Idempotency::complete_abandoned`], [`Idempotency::reap`],
 //!   [`Idempotency::spawn_background_jobs`]: the completer and the reaper.
 //!
@@ -50,10 +51,12 @@ mod layer;
 mod phased;
 mod response;
 mod scope;
+mod status;
 mod store;
 
 pub use config::{
-    BODY_KEY_FIELD, FailureReplay, InFlight, KeyIn, KeyRequirement, MismatchStatus, Policy,
+    BODY_KEY_FIELD, DEFAULT_STATUS_PREFIX, FailureReplay, InFlight, KeyIn, KeyRequirement,
+    MismatchStatus, Policy,
 };
 pub use engine::{Idempotency, IdempotencyBuilder};
 pub use error::{ConfigError, IdempotencyError, KeyProblem, StoreError};
