@@ -640,6 +640,179 @@ async fn in_flight_policies<DB: TestDb>(store: Store<DB>) {
 }
 on_every_backend!(in_flight_policies);
 
+/// A GET on the status resource as `account` (no scope header when `None`).
+async fn get_status(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    path: &str,
+    account: Option<&str>,
+) -> reqwest::Response {
+    let mut request = client.get(format!("http://{addr}{path}"));
+    if let Some(account) = account {
+        request = request.header("x-account-id", account);
+    }
+    request.send().await.unwrap()
+}
+
+async fn accepted_duplicates_get_a_status_url<DB: TestDb>(store: Store<DB>) {
+    let provider = Arc::new(Provider::default());
+    provider.hold.store(true, Ordering::SeqCst);
+    let idem = Idempotency::builder(store.clone())
+        .policy(Policy::new().in_flight(InFlight::Accepted))
+        .scope(HeaderScope::new("x-account-id"))
+        .build()
+        .unwrap();
+    let op = Checkout::<DB> {
+        provider: Arc::clone(&provider),
+        _db: PhantomData,
+    };
+    let router = Router::new()
+        .route("/checkout", post(idem.phased(op)))
+        .merge(idem.status_router());
+    let addr = serve(router).await;
+    let client = reqwest::Client::new();
+    // Reserved characters in the key: the URL must carry it as one segment.
+    let key = "order/7?x#1%";
+    let location = "/idempotency-keys/order%2F7%3Fx%231%25";
+
+    // The first request pauses between its steps, its in-flight record
+    // committed; the duplicate gets 202 and the status URL.
+    let first = tokio::spawn(checkout(&client, addr, key).send());
+    wait_until_called(&provider, 1).await;
+    let duplicate = checkout(&client, addr, key).send().await.unwrap();
+    assert_eq!(duplicate.status(), StatusCode::ACCEPTED);
+    assert_eq!(duplicate.headers()["location"], location);
+    assert!(duplicate.headers().contains_key("retry-after"));
+    let body: Value = duplicate.json().await.unwrap();
+    assert_eq!(body["code"], "idempotency_key_in_flight");
+    assert_eq!(body["status_url"], location);
+    assert_eq!(body["recovery_point"], "charge:intent");
+
+    // Polling it while in flight: 202 with where the operation has got to.
+    let poll = get_status(&client, addr, location, Some("a")).await;
+    assert_eq!(poll.status(), StatusCode::ACCEPTED);
+    assert!(poll.headers().contains_key("retry-after"));
+    assert_eq!(poll.headers()["location"], location);
+    let body: Value = poll.json().await.unwrap();
+    assert_eq!(body["code"], "idempotency_key_in_flight");
+    assert_eq!(body["recovery_point"], "charge:intent");
+    // Another caller never sees the key; no caller at all is refused.
+    assert_eq!(
+        code(get_status(&client, addr, location, Some("b")).await).await,
+        (StatusCode::NOT_FOUND, "idempotency_key_unknown".into())
+    );
+    assert_eq!(
+        code(get_status(&client, addr, location, None).await).await,
+        (StatusCode::UNAUTHORIZED, "caller_unidentified".into())
+    );
+
+    // Once complete: the original response, byte for byte, marked replayed.
+    provider.release.notify_one();
+    let original = first.await.unwrap().unwrap();
+    assert_eq!(original.status(), StatusCode::CREATED);
+    let original_type = original.headers()["content-type"].clone();
+    let original_body = original.bytes().await.unwrap();
+    let done = get_status(&client, addr, location, Some("a")).await;
+    assert_eq!(done.status(), StatusCode::CREATED);
+    assert_eq!(done.headers()["idempotent-replayed"], "true");
+    assert_eq!(done.headers()["content-type"], original_type);
+    assert_eq!(done.bytes().await.unwrap(), original_body);
+    assert_eq!(
+        code(get_status(&client, addr, location, Some("b")).await).await,
+        (StatusCode::NOT_FOUND, "idempotency_key_unknown".into())
+    );
+
+    // Reads only: polling an unknown key claims nothing, and nothing ran twice.
+    let keys = DB::count_keys(&store).await;
+    assert_eq!(
+        code(get_status(&client, addr, "/idempotency-keys/never-sent", Some("a")).await).await,
+        (StatusCode::NOT_FOUND, "idempotency_key_unknown".into())
+    );
+    assert_eq!(DB::count_keys(&store).await, keys);
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(DB::count_orders(&store).await, 1);
+
+    // A hostile key in the path gets the header key's validation: 400.
+    let long = format!("/idempotency-keys/{}", "k".repeat(256));
+    for path in [
+        "/idempotency-keys/%FF",
+        "/idempotency-keys/caf%C3%A9",
+        "/idempotency-keys/a%20b",
+        "/idempotency-keys/a%00b",
+        "/idempotency-keys/%zz",
+        "/idempotency-keys/ab%2",
+        long.as_str(),
+    ] {
+        assert_eq!(
+            code(get_status(&client, addr, path, Some("a")).await).await,
+            (StatusCode::BAD_REQUEST, "idempotency_key_invalid".into()),
+            "{path}"
+        );
+    }
+
+    // Past the replay window the key is unknown again.
+    DB::age_key(&store, key, 25 * 3600 * 1000).await;
+    assert_eq!(
+        code(get_status(&client, addr, location, Some("a")).await).await,
+        (StatusCode::NOT_FOUND, "idempotency_key_unknown".into())
+    );
+}
+on_every_backend!(accepted_duplicates_get_a_status_url);
+
+/// A single-phase handler's claim is uncommitted while it runs; the status
+/// resource still reports it in flight (this process holds its turn), under
+/// a configured prefix.
+async fn status_of_an_uncommitted_single_phase_request<DB: TestDb>(store: Store<DB>) {
+    let hold = Arc::new(Hold::default());
+    let idem = Idempotency::builder(store.clone())
+        .policy(
+            Policy::new()
+                .in_flight(InFlight::Accepted)
+                .duplicate_wait(Duration::from_millis(50))
+                .status_prefix("/v1/keys"),
+        )
+        .scope(HeaderScope::new("x-account-id"))
+        .build()
+        .unwrap();
+    let router = Router::new()
+        .route("/orders", post(held_order::<DB>))
+        .route_layer(idem.layer())
+        .with_state(Arc::clone(&hold))
+        .merge(idem.status_router());
+    let addr = serve(router).await;
+    let client = reqwest::Client::new();
+    let first = tokio::spawn(post_order(&client, addr, "a", "held-1", r#"{"n":1}"#).send());
+    wait_until_entered(&hold).await;
+    let duplicate = post_order(&client, addr, "a", "held-1", r#"{"n":1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(duplicate.status(), StatusCode::ACCEPTED);
+    assert_eq!(duplicate.headers()["location"], "/v1/keys/held-1");
+    let poll = get_status(&client, addr, "/v1/keys/held-1", Some("a")).await;
+    assert_eq!(poll.status(), StatusCode::ACCEPTED);
+    let body: Value = poll.json().await.unwrap();
+    assert_eq!(body["code"], "idempotency_key_in_flight");
+    assert!(body.get("recovery_point").is_none());
+    hold.release.notify_one();
+    let original = first.await.unwrap().unwrap();
+    assert_eq!(original.status(), StatusCode::CREATED);
+    let original_body = original.bytes().await.unwrap();
+    let done = get_status(&client, addr, "/v1/keys/held-1", Some("a")).await;
+    assert_eq!(done.status(), StatusCode::CREATED);
+    assert_eq!(done.headers()["idempotent-replayed"], "true");
+    assert_eq!(done.bytes().await.unwrap(), original_body);
+    // Asked only now: on SQLite a poll that is not answered from this
+    // process's turns reads through the one pooled connection, which the
+    // held handler had.
+    assert_eq!(
+        code(get_status(&client, addr, "/v1/keys/held-1", Some("b")).await).await,
+        (StatusCode::NOT_FOUND, "idempotency_key_unknown".into())
+    );
+    assert_eq!(DB::count_orders(&store).await, 1);
+}
+on_every_backend!(status_of_an_uncommitted_single_phase_request);
+
 async fn takeover_after_lock_timeout_fences_the_old_holder<DB: TestDb>(store: Store<DB>) {
     let provider = Arc::new(Provider::default());
     provider.hold.store(true, Ordering::SeqCst);
