@@ -317,3 +317,183 @@ async fn the_in_use_conflict_is_waited_out_with_the_same_key() {
     assert_eq!(keys.len(), 2);
     assert_eq!(keys[0], keys[1]);
 }
+
+const LIST_ORDERS: Operation = Operation::new("listOrders", RetryClass::Safe);
+
+#[tokio::test]
+async fn a_deadline_that_runs_out_is_reported_as_the_deadline() {
+    let (base, recorder) = server([Reply::Hang, Reply::Hang, Reply::Hang]).await;
+    let policy = quick()
+        .deadline(Duration::from_millis(300))
+        .attempt_timeout(Duration::from_secs(5));
+    let error = client(policy)
+        .send(&LIST_ORDERS, |http| http.get(format!("{base}/orders")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RetryError::DeadlineExceeded {
+                attempts: 1,
+                last: Some(AttemptError::TimedOut { .. }),
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.is_deadline());
+    assert!(
+        error.to_string().contains("deadline of 300ms exceeded"),
+        "{error}"
+    );
+    assert_eq!(recorder.hits().len(), 1);
+}
+
+#[tokio::test]
+async fn a_wait_that_would_pass_the_deadline_is_a_deadline_stop_too() {
+    let (base, _) = server([Reply::Status(503, vec![("retry-after", "60")], "")]).await;
+    let error = client(quick())
+        .send(&LIST_ORDERS, |http| http.get(format!("{base}/orders")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RetryError::GaveUp {
+                reason: GiveUp::RetryAfterBeyondDeadline { .. },
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.is_deadline());
+    let (base, _) = server([status(503), status(503), status(503)]).await;
+    let exhausted = client(quick())
+        .send(&LIST_ORDERS, |http| http.get(format!("{base}/orders")))
+        .await
+        .unwrap_err();
+    assert!(!exhausted.is_deadline(), "{exhausted:?}");
+}
+
+/// A raw HTTP/1.1 server whose first `stalls` responses send their headers
+/// and part of the body, then hold the connection open; later ones answer in
+/// full. Records each request's idempotency key.
+async fn stalling_server(stalls: usize) -> (String, Arc<Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&keys);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if socket.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let key = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("idempotency-key: "))
+                    .unwrap_or("")
+                    .trim()
+                    .to_owned();
+                let n = {
+                    let mut seen = seen.lock().unwrap();
+                    seen.push(key);
+                    seen.len()
+                };
+                if n <= stalls {
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"partial\":")
+                        .await;
+                    std::future::pending::<()>().await;
+                }
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\nconnection: close\r\n\r\n\"done\"")
+                    .await;
+            });
+        }
+    });
+    (format!("http://{addr}"), keys)
+}
+
+fn stall_policy() -> RetryPolicy {
+    quick()
+        .deadline(Duration::from_secs(5))
+        .attempt_timeout(Duration::from_millis(150))
+}
+
+#[tokio::test]
+async fn a_stalled_body_of_a_safe_call_is_retried() {
+    let (base, keys) = stalling_server(1).await;
+    let response = client(stall_policy())
+        .send(&LIST_ORDERS, |http| http.get(format!("{base}/orders")))
+        .await
+        .unwrap();
+    assert_eq!(response.text().await.unwrap(), "\"done\"");
+    assert_eq!(keys.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_stalled_body_of_a_keyed_call_is_retried_with_the_same_key() {
+    let (base, keys) = stalling_server(1).await;
+    let response = client(stall_policy())
+        .send(&CREATE_ORDER, |http| http.post(format!("{base}/orders")))
+        .await
+        .unwrap();
+    assert_eq!(response.text().await.unwrap(), "\"done\"");
+    let keys = keys.lock().unwrap().clone();
+    assert_eq!(keys.len(), 2);
+    assert!(!keys[0].is_empty());
+    assert_eq!(keys[0], keys[1]);
+}
+
+#[tokio::test]
+async fn a_stalled_body_of_an_unsafe_call_is_an_unknown_outcome() {
+    let (base, keys) = stalling_server(1).await;
+    let error = client(stall_policy())
+        .send(&CREATE_REFUND, |http| http.post(format!("{base}/refunds")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RetryError::OutcomeUnknown {
+                last: AttemptError::BodyStalled { .. },
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(keys.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_body_that_never_finishes_ends_at_the_deadline() {
+    let (base, _) = stalling_server(usize::MAX).await;
+    let policy = quick().deadline(Duration::from_millis(300));
+    let error = client(policy)
+        .send(&LIST_ORDERS, |http| http.get(format!("{base}/orders")))
+        .await
+        .unwrap_err();
+    assert!(error.is_deadline(), "{error:?}");
+    assert!(
+        matches!(
+            error,
+            RetryError::DeadlineExceeded {
+                last: Some(AttemptError::BodyStalled { .. }),
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}

@@ -19,18 +19,32 @@ pub(super) enum Got {
     Failed(AttemptError),
 }
 
+/// How one attempt is read.
+pub(super) struct Read {
+    /// The attempt's timeout, already cut to fit the deadline.
+    pub(super) timeout: Duration,
+    /// Whether an idempotency key went out (key conflicts are then read).
+    pub(super) key_sent: bool,
+    /// Whether the whole body is read inside the timeout.
+    pub(super) buffer_body: bool,
+}
+
 /// Runs one attempt under its timeout and reduces the result to an
 /// observation. `Err` is a request that can never succeed (builder or
 /// redirect error).
 pub(super) async fn run<Fut>(
     clock: &dyn Clock,
     future: Fut,
-    timeout: Duration,
-    key_sent: bool,
+    read: Read,
 ) -> Result<(Observation, Got), reqwest::Error>
 where
     Fut: Future<Output = Result<Response, reqwest::Error>>,
 {
+    let Read {
+        timeout,
+        key_sent,
+        buffer_body,
+    } = read;
     let started = clock.now();
     let result = tokio::select! {
         biased;
@@ -65,23 +79,29 @@ where
         Some(Ok(response)) => response,
     };
     let status = response.status();
-    let conflict = status == StatusCode::CONFLICT || status == StatusCode::UNPROCESSABLE_ENTITY;
-    if !(key_sent && conflict) {
+    let conflict =
+        key_sent && (status == StatusCode::CONFLICT || status == StatusCode::UNPROCESSABLE_ENTITY);
+    if !conflict && !buffer_body {
         let hint = retry_hint(response.headers());
         return Ok((
             Observation::Status { status, hint },
             Got::Response(response),
         ));
     }
-    // Tell the two key conflicts apart by their machine-readable code,
-    // wherever the server's error body puts it.
+    // The body is read inside what is left of the attempt's timeout: a server
+    // that sends its headers and then stalls fails this attempt, it does not
+    // hold the call past its deadline. (A key conflict's body is always read:
+    // its machine-readable code tells the two conflicts apart.)
     let left = timeout.saturating_sub(clock.now().saturating_duration_since(started));
     let (parts, body) = split(response);
     let body = tokio::select! {
         biased;
         body = body => body,
         () = clock.sleep(left) => {
-            return Ok((Observation::TimedOut, Got::Failed(AttemptError::TimedOut { after: timeout })));
+            return Ok((
+                Observation::TimedOut,
+                Got::Failed(AttemptError::BodyStalled { status, after: timeout }),
+            ));
         }
     };
     let body = match body {
@@ -93,9 +113,9 @@ where
             ));
         }
     };
-    let observation = if contains(&body, b"idempotency_key_in_use") {
+    let observation = if conflict && contains(&body, b"idempotency_key_in_use") {
         Observation::KeyInUse
-    } else if contains(&body, b"idempotency_key_reused") {
+    } else if conflict && contains(&body, b"idempotency_key_reused") {
         Observation::KeyReused
     } else {
         Observation::Status {

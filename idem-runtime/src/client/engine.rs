@@ -472,6 +472,7 @@ impl RetryClient {
                     key: attempt.key.clone(),
                     attempts: attempt.number - 1,
                     deadline: policy.deadline,
+                    last: None,
                 });
             }
             attempt.remaining = remaining;
@@ -524,8 +525,12 @@ impl RetryClient {
 
             let (observation, got) = match (future, refused_host) {
                 (Some(future), _) => {
-                    match attempt::run(clock, future, attempt.timeout, attempt.key.is_some()).await
-                    {
+                    let read = attempt::Read {
+                        timeout: attempt.timeout,
+                        key_sent: attempt.key.is_some(),
+                        buffer_body: !policy.stream_body,
+                    };
+                    match attempt::run(clock, future, read).await {
                         Ok(outcome) => outcome,
                         Err(source) => {
                             return self.fail(RetryError::Request {
@@ -614,6 +619,18 @@ impl RetryClient {
                 Verdict::Declined => return give_up(GiveUp::ServerDeclined, last),
             };
 
+            // The attempt used what was left of the deadline (its timeout is
+            // cut to fit) and failed: the deadline ran out, which is not the
+            // same as a wait that would not fit.
+            if left_at(clock.now()).is_zero() {
+                return self.fail(RetryError::DeadlineExceeded {
+                    operation: operation.name,
+                    key: attempt.key.clone(),
+                    attempts: attempt.number,
+                    deadline: policy.deadline,
+                    last: Some(last),
+                });
+            }
             if attempt.number >= policy.max_attempts {
                 return give_up(
                     GiveUp::AttemptsExhausted {

@@ -24,6 +24,15 @@ pub enum AttemptError {
         /// The timeout that fired.
         after: Duration,
     },
+    /// The response headers arrived (with `status`) but the body did not
+    /// finish inside the attempt's timeout: the server acted, its answer is lost.
+    #[error("response body stalled: {status} arrived but the body did not finish within {}", Ms(*after))]
+    BodyStalled {
+        /// The status the headers carried.
+        status: StatusCode,
+        /// The attempt timeout that fired.
+        after: Duration,
+    },
     /// No connection could be made: the request never left the client.
     #[error("could not connect ({})", chain(source))]
     Connect {
@@ -149,8 +158,12 @@ pub enum RetryError {
         #[source]
         last: AttemptError,
     },
-    /// The overall deadline passed during an attempt.
-    #[error("{operation}: deadline of {} exceeded after {attempts} attempt(s){}", Ms(*deadline), key_note(.key.as_ref()))]
+    /// The overall deadline ran out: the last attempt used the time that was
+    /// left (its timeout is cut to fit the deadline) and failed with no time
+    /// remaining. Distinct from [`GiveUp::DeadlineTooClose`], where time was
+    /// left but the next wait would not fit in it; ask
+    /// [`RetryError::is_deadline`] to cover both.
+    #[error("{operation}: deadline of {} exceeded after {attempts} attempt(s){}{}", Ms(*deadline), last_note(.last.as_ref()), key_note(.key.as_ref()))]
     DeadlineExceeded {
         /// Operation name.
         operation: &'static str,
@@ -160,6 +173,9 @@ pub enum RetryError {
         attempts: u32,
         /// The configured overall deadline.
         deadline: Duration,
+        /// The failure of the attempt the deadline cut short, if one was made.
+        #[source]
+        last: Option<AttemptError>,
     },
     /// `idempotency_key_in_use`: an earlier attempt with this key was still
     /// running on the server when the client had to stop waiting for it.
@@ -244,11 +260,35 @@ impl RetryError {
         }
     }
 
+    /// Whether the call's deadline is what ended it: it ran out
+    /// ([`RetryError::DeadlineExceeded`]), or the next wait (backoff,
+    /// `Retry-After`, a breaker cool-down) would have passed it.
+    pub fn is_deadline(&self) -> bool {
+        let deadline_reason = |reason: &GiveUp| {
+            matches!(
+                reason,
+                GiveUp::DeadlineTooClose { .. } | GiveUp::RetryAfterBeyondDeadline { .. }
+            )
+        };
+        match self {
+            RetryError::DeadlineExceeded { .. } => true,
+            RetryError::GaveUp { reason, .. } | RetryError::KeyInUse { reason, .. } => {
+                deadline_reason(reason)
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the server may have performed the operation although the
     /// call failed: reconcile before doing it again.
     pub fn is_outcome_unknown(&self) -> bool {
         matches!(self, RetryError::OutcomeUnknown { .. })
     }
+}
+
+fn last_note(last: Option<&AttemptError>) -> String {
+    last.map(|e| format!(" (last attempt: {e})"))
+        .unwrap_or_default()
 }
 
 fn key_note(key: Option<&IdempotencyKey>) -> String {

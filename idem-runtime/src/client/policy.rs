@@ -40,6 +40,7 @@ pub struct RetryPolicy {
     pub(crate) attempt_timeout: Option<Duration>,
     pub(crate) key_header: HeaderName,
     pub(crate) deadline_header: Option<HeaderName>,
+    pub(crate) stream_body: bool,
 }
 
 impl Default for RetryPolicy {
@@ -52,6 +53,7 @@ impl Default for RetryPolicy {
             attempt_timeout: None,
             key_header: HeaderName::from_static(DEFAULT_KEY_HEADER),
             deadline_header: Some(HeaderName::from_static(DEADLINE_HEADER)),
+            stream_body: false,
         }
     }
 }
@@ -138,6 +140,27 @@ impl RetryPolicy {
     /// ```
     pub fn key_header(mut self, header: HeaderName) -> Self {
         self.key_header = header;
+        self
+    }
+
+    /// Hands the response over as soon as its headers arrive, leaving the
+    /// body to be streamed by the caller (default: off).
+    ///
+    /// By default every attempt reads the whole body inside its own timeout
+    /// and the call's deadline, so a server that sends headers and then
+    /// stalls is an attempt failure like any other: a `safe` or `keyed` call
+    /// retries (with the same key), an `unsafe` one ends as outcome unknown,
+    /// since the server acted. A streamed body is read outside both bounds;
+    /// turn this on only for bodies too large to hold in memory, and bound
+    /// the read yourself.
+    ///
+    /// ```
+    /// # use idem_runtime::client::RetryPolicy;
+    /// let downloads = RetryPolicy::default().stream_body(true);
+    /// # let _ = downloads;
+    /// ```
+    pub fn stream_body(mut self, stream: bool) -> Self {
+        self.stream_body = stream;
         self
     }
 

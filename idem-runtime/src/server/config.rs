@@ -96,6 +96,7 @@ pub struct Policy {
     pub(crate) header: String,
     pub(crate) key_in: KeyIn,
     pub(crate) key_max_length: usize,
+    pub(crate) scope_max_length: usize,
     pub(crate) key: KeyRequirement,
     pub(crate) replay_window: Duration,
     pub(crate) reaper_after: Duration,
@@ -111,6 +112,17 @@ pub struct Policy {
     pub(crate) status_prefix: String,
 }
 
+/// The default longest caller scope, in bytes.
+pub const DEFAULT_SCOPE_MAX_LENGTH: usize = 255;
+
+/// The most bytes `key-max-length` and the scope bound may add up to.
+///
+/// Scope and key together form the key table's primary key, and PostgreSQL
+/// refuses a B-tree entry over 2,704 bytes (a third of an 8 KiB page, less
+/// overhead). Bounding both inputs below that keeps any request from
+/// reaching the index with a value the database cannot store.
+pub const MAX_INDEXED_BYTES: usize = 2600;
+
 /// The default path prefix of the status resource: `/idempotency-keys/{key}`.
 pub const DEFAULT_STATUS_PREFIX: &str = "/idempotency-keys";
 
@@ -120,6 +132,7 @@ impl Default for Policy {
             header: "idempotency-key".to_owned(),
             key_in: KeyIn::Header,
             key_max_length: 255,
+            scope_max_length: DEFAULT_SCOPE_MAX_LENGTH,
             key: KeyRequirement::Required,
             replay_window: Duration::from_secs(24 * 3600),
             reaper_after: Duration::from_secs(72 * 3600),
@@ -155,6 +168,21 @@ impl Policy {
     /// in-flight conflict after a 2s duplicate wait, 60s lock timeout, 409 on mismatch, 1 MiB request and stored-response caps.
     pub fn new() -> Self {
         Policy::default()
+    }
+
+    /// Longest caller scope accepted, in bytes (default 255). A scope the
+    /// [`ScopeExtractor`](super::ScopeExtractor) returns that is empty,
+    /// longer, or not visible ASCII is refused with `400
+    /// caller_scope_invalid` before anything is stored.
+    /// `key_max_length + scope_max_length` may not exceed
+    /// [`MAX_INDEXED_BYTES`].
+    ///
+    /// ```
+    /// let p = idem_runtime::server::Policy::new().scope_max_length(64);
+    /// ```
+    pub fn scope_max_length(mut self, max: usize) -> Self {
+        self.scope_max_length = max;
+        self
     }
 
     /// Header carrying the key (`header`, case-insensitive).
@@ -368,6 +396,16 @@ impl Policy {
         if self.key_max_length == 0 {
             return Err(ConfigError::ZeroKeyLength);
         }
+        if self.scope_max_length == 0 {
+            return Err(ConfigError::ZeroScopeLength);
+        }
+        if self.key_max_length.saturating_add(self.scope_max_length) > MAX_INDEXED_BYTES {
+            return Err(ConfigError::KeyColumnsTooLong {
+                key_max_length: self.key_max_length,
+                scope_max_length: self.scope_max_length,
+                limit: MAX_INDEXED_BYTES,
+            });
+        }
         if !valid_status_prefix(&self.status_prefix) {
             return Err(ConfigError::InvalidStatusPrefix {
                 prefix: self.status_prefix.clone(),
@@ -436,6 +474,21 @@ mod tests {
             Policy::new().key_max_length(0).validate(),
             Err(ConfigError::ZeroKeyLength)
         ));
+        assert!(matches!(
+            Policy::new().scope_max_length(0).validate(),
+            Err(ConfigError::ZeroScopeLength)
+        ));
+        assert!(matches!(
+            Policy::new().key_max_length(4096).validate(),
+            Err(ConfigError::KeyColumnsTooLong { limit: 2600, .. })
+        ));
+        assert!(
+            Policy::new()
+                .key_max_length(2345)
+                .scope_max_length(255)
+                .validate()
+                .is_ok()
+        );
         assert!(matches!(
             Policy::new().header("bad header").validate(),
             Err(ConfigError::InvalidHeader { .. })

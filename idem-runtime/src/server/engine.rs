@@ -16,7 +16,7 @@ use sqlx::Transaction;
 use super::clock::{ms, now_ms};
 use super::config::{BODY_KEY_FIELD, FailureReplay, InFlight, KeyIn, KeyRequirement, Policy};
 use super::error::{ConfigError, IdempotencyError, StoreError};
-use super::key::{BodyKey, fingerprint, read_body_key, read_key};
+use super::key::{BodyKey, fingerprint, read_body_key, read_key, validate};
 use super::phased::Operation;
 use super::response::StoredResponse;
 use super::scope::{GlobalScope, ScopeExtractor};
@@ -132,6 +132,20 @@ pub(crate) struct Prepared {
     pub(crate) body: Bytes,
 }
 
+/// A claim this caller owns.
+pub(crate) struct Won<DB: Backend> {
+    /// Holds the claim, uncommitted.
+    pub(crate) tx: Transaction<'static, DB>,
+    /// The fencing generation this caller holds.
+    pub(crate) generation: i64,
+    /// When this claim of the key was made (ms since epoch): the record's
+    /// `created_at`, unchanged by takeovers, new when a key is re-claimed
+    /// after its replay window. With the scope and key it names the claim.
+    pub(crate) claimed_at: i64,
+    /// `Some` when an abandoned in-flight record was taken over.
+    pub(crate) resumed: Option<KeyRecord>,
+}
+
 /// How a claim attempt ended.
 #[allow(
     clippy::large_enum_variant,
@@ -139,12 +153,7 @@ pub(crate) struct Prepared {
 )]
 pub(crate) enum Claim<DB: Backend> {
     /// This caller owns the key; `tx` holds the uncommitted claim.
-    Won {
-        tx: Transaction<'static, DB>,
-        generation: i64,
-        /// `Some` when an abandoned in-flight record was taken over.
-        resumed: Option<KeyRecord>,
-    },
+    Won(Won<DB>),
     /// The outcome is stored: replay it.
     Replay(StoredResponse),
     /// Someone else holds the key right now; the recovery point it reached,
@@ -277,14 +286,21 @@ impl<DB: Backend> Idempotency<DB> {
     }
 
     /// The caller's scope, or the extractor's refusal (usually `401`).
+    ///
+    /// The scope is request input (often a header) on its way into the key
+    /// table's index, so it is bounded and checked like a key.
     pub(crate) fn scope_of(&self, parts: &Parts) -> Result<String, IdempotencyError> {
-        self.inner
+        let scope = self
+            .inner
             .scope
             .scope(parts)
             .map_err(|r| IdempotencyError::ScopeRejected {
                 status: r.status,
                 message: r.message,
-            })
+            })?;
+        validate(scope.as_bytes(), self.inner.policy.scope_max_length)
+            .map_err(|problem| IdempotencyError::InvalidScope { problem })?;
+        Ok(scope)
     }
 
     pub(crate) fn key_required(&self) -> bool {
@@ -356,11 +372,12 @@ impl<DB: Backend> Idempotency<DB> {
                 .map_err(|e| err(e.into()))?;
             match DB::claim(&mut tx, &claim, wait).await {
                 Ok(Some(generation)) => {
-                    return Ok(Claim::Won {
+                    return Ok(Claim::Won(Won {
                         tx,
                         generation,
+                        claimed_at: now,
                         resumed: None,
-                    });
+                    }));
                 }
                 Ok(None) => {}
                 // The original has not committed within the bound: it is in
@@ -390,11 +407,12 @@ impl<DB: Backend> Idempotency<DB> {
                     DB::delete_steps(&mut tx, &prepared.scope, key)
                         .await
                         .map_err(&err)?;
-                    return Ok(Claim::Won {
+                    return Ok(Claim::Won(Won {
                         tx,
                         generation,
+                        claimed_at: now,
                         resumed: None,
-                    });
+                    }));
                 }
                 if record.state == KeyState::Complete {
                     drop(tx);
@@ -432,11 +450,12 @@ impl<DB: Backend> Idempotency<DB> {
                             recovery_point = %record.recovery_point,
                             "took over an abandoned request"
                         );
-                        return Ok(Claim::Won {
+                        return Ok(Claim::Won(Won {
                             tx,
                             generation,
+                            claimed_at: record.created_at,
                             resumed: Some(record),
-                        });
+                        }));
                     }
                     return Ok(Claim::InFlight(Some(record.recovery_point)));
                 }
@@ -456,20 +475,13 @@ impl<DB: Backend> Idempotency<DB> {
         key: &str,
         resumable: Option<&str>,
         started: Instant,
-    ) -> Result<
-        Result<(Transaction<'static, DB>, i64, Option<KeyRecord>), Response>,
-        IdempotencyError,
-    > {
+    ) -> Result<Result<Won<DB>, Response>, IdempotencyError> {
         let bound = self.inner.policy.duplicate_wait_bound();
         let mut pause = Duration::from_millis(20);
         loop {
             let wait = bound.saturating_sub(started.elapsed());
             match self.claim_once(prepared, key, resumable, wait).await? {
-                Claim::Won {
-                    tx,
-                    generation,
-                    resumed,
-                } => return Ok(Ok((tx, generation, resumed))),
+                Claim::Won(won) => return Ok(Ok(won)),
                 Claim::Replay(stored) => return Ok(Err(stored.replay())),
                 Claim::InFlight(recovery_point) => match self.inner.policy.in_flight {
                     InFlight::Conflict => return Err(IdempotencyError::KeyInUse),

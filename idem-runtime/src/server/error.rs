@@ -58,6 +58,22 @@ pub enum ConfigError {
     /// `key-max-length` must be at least 1.
     #[error("key-max-length must be at least 1")]
     ZeroKeyLength,
+    /// The scope bound must be at least 1.
+    #[error("the scope bound (scope_max_length) must be at least 1")]
+    ZeroScopeLength,
+    /// Key and scope bounds that together exceed what the key table's index holds.
+    #[error(
+        "key-max-length ({key_max_length}) plus the scope bound ({scope_max_length}) exceeds \
+         {limit} bytes, more than the key table's index can hold on PostgreSQL"
+    )]
+    KeyColumnsTooLong {
+        /// Configured key bound.
+        key_max_length: usize,
+        /// Configured scope bound.
+        scope_max_length: usize,
+        /// [`MAX_INDEXED_BYTES`](super::MAX_INDEXED_BYTES).
+        limit: usize,
+    },
     /// The header name is not a valid HTTP header name.
     #[error("invalid idempotency header name {name:?}")]
     InvalidHeader {
@@ -188,6 +204,13 @@ pub enum IdempotencyError {
         /// Message for the caller.
         message: String,
     },
+    /// The scope the extractor derived is empty, too long or not visible
+    /// ASCII; nothing was stored.
+    #[error("the caller's scope {problem}")]
+    InvalidScope {
+        /// What is wrong with it.
+        problem: KeyProblem,
+    },
     /// The request body exceeds the configured cap.
     #[error("the request body exceeds the limit of {limit} bytes")]
     BodyTooLarge {
@@ -267,6 +290,7 @@ impl IdempotencyError {
             | IdempotencyError::InvalidPathKey { .. } => "idempotency_key_invalid",
             IdempotencyError::KeyUnknown => "idempotency_key_unknown",
             IdempotencyError::ScopeRejected { .. } => "caller_unidentified",
+            IdempotencyError::InvalidScope { .. } => "caller_scope_invalid",
             IdempotencyError::BodyTooLarge { .. } => "request_body_too_large",
             IdempotencyError::BodyUnreadable => "request_body_unreadable",
             IdempotencyError::KeyInUse => "idempotency_key_in_use",
@@ -287,7 +311,8 @@ impl IdempotencyError {
             | IdempotencyError::MissingBodyKey { .. }
             | IdempotencyError::InvalidKey { .. }
             | IdempotencyError::InvalidBodyKey { .. }
-            | IdempotencyError::InvalidPathKey { .. } => StatusCode::BAD_REQUEST,
+            | IdempotencyError::InvalidPathKey { .. }
+            | IdempotencyError::InvalidScope { .. } => StatusCode::BAD_REQUEST,
             IdempotencyError::KeyUnknown => StatusCode::NOT_FOUND,
             IdempotencyError::ScopeRejected { status, .. } => *status,
             IdempotencyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,

@@ -23,7 +23,7 @@ pub(crate) fn read_key(
 
 /// The same checks for a header value and a body field: non-empty, at most
 /// `max_len` bytes, visible ASCII only.
-fn validate(bytes: &[u8], max_len: usize) -> Result<String, KeyProblem> {
+pub(crate) fn validate(bytes: &[u8], max_len: usize) -> Result<String, KeyProblem> {
     if bytes.is_empty() {
         return Err(KeyProblem::Empty);
     }
@@ -174,6 +174,44 @@ fn canonical_json(value: &serde_json::Value, out: &mut String) {
             out.push(']');
         }
         scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// The longest step name a provider key spells out; a longer one, or one with
+/// characters outside `[A-Za-z0-9_.-]`, is replaced by a digest of itself.
+const PROVIDER_STEP_MAX: usize = 64;
+
+/// The key a phased operation hands a foreign system for `step`.
+///
+/// Format: `{claim}:{step}`, where `{claim}` is 32 lowercase hex digits, the
+/// first 128 bits of SHA-256 over the length-prefixed caller scope, key and
+/// claim time. It is therefore
+/// - unique per claim: two callers sending the same key value, or one caller
+///   re-using a key after its replay window (a new claim, a new claim time),
+///   never hand a provider the same key;
+/// - stable across the claim's retries, takeovers and the completer, which
+///   all resume the same record.
+///
+/// At most 97 bytes of visible ASCII, inside common provider limits (Stripe
+/// accepts 255). A step name over 64 bytes or outside `[A-Za-z0-9_.-]` is
+/// written as the first 16 hex digits of its own SHA-256.
+pub(crate) fn provider_key(scope: &str, key: &str, claimed_at: i64, step: &str) -> String {
+    let mut hasher = Sha256::new();
+    for part in [scope.as_bytes(), key.as_bytes(), &claimed_at.to_be_bytes()] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part);
+    }
+    let claim = hex(&hasher.finalize()[..16]);
+    let plain = step.len() <= PROVIDER_STEP_MAX
+        && !step.is_empty()
+        && step
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if plain {
+        format!("{claim}:{step}")
+    } else {
+        let digest = Sha256::digest(step.as_bytes());
+        format!("{claim}:{}", hex(&digest[..8]))
     }
 }
 
@@ -339,6 +377,33 @@ mod tests {
             )
         );
         assert_eq!(a.len(), 64);
+    }
+
+    #[test]
+    fn provider_keys_name_the_claim_not_the_key_value() {
+        let a = provider_key("acct-A", "k", 1_700_000_000_000, "charge_card");
+        let b = provider_key("acct-B", "k", 1_700_000_000_000, "charge_card");
+        let later = provider_key("acct-A", "k", 1_700_086_400_001, "charge_card");
+        assert_ne!(a, b);
+        assert_ne!(a, later);
+        assert_eq!(
+            a,
+            provider_key("acct-A", "k", 1_700_000_000_000, "charge_card")
+        );
+        assert!(a.ends_with(":charge_card"), "{a}");
+        assert_eq!(a.len(), 32 + 1 + "charge_card".len());
+        // Length prefixes keep ("ab", "c") and ("a", "bc") apart.
+        assert_ne!(
+            provider_key("ab", "c", 1, "s"),
+            provider_key("a", "bc", 1, "s")
+        );
+        let long = provider_key("s", "k", 1, &"x".repeat(500));
+        let odd = provider_key("s", "k", 1, "charge card/ü");
+        for derived in [&long, &odd] {
+            assert_eq!(derived.len(), 32 + 1 + 16, "{derived}");
+            assert!(derived.bytes().all(|b| (0x21..=0x7e).contains(&b)));
+        }
+        assert_ne!(long, odd);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{FromRequestParts, Request};
 use axum::response::{IntoResponse, Response};
 use http::request::Parts;
@@ -15,6 +15,7 @@ use tower::{Layer, Service};
 
 use super::engine::{Idempotency, is_unsafe};
 use super::error::IdempotencyError;
+use super::response::is_rejection;
 use super::store::{Backend, BoxFuture};
 
 type Slot<DB> = Arc<Mutex<Option<Transaction<'static, DB>>>>;
@@ -135,13 +136,45 @@ impl<DB: Backend, S: Send + Sync> FromRequestParts<S> for IdemTx<DB> {
 /// methods (GET, HEAD, OPTIONS, TRACE) pass through untouched.
 pub struct IdempotencyLayer<DB: Backend> {
     idem: Idempotency<DB>,
+    validator: Option<Validator>,
 }
+
+/// A check that runs on the request head and body after they are read and
+/// before the key is claimed: `Some(refusal)` is answered as it is and
+/// records nothing, `None` lets the request through.
+pub type Validator = Arc<dyn Fn(&Parts, &Bytes) -> Option<Response> + Send + Sync>;
 
 impl<DB: Backend> Clone for IdempotencyLayer<DB> {
     fn clone(&self) -> Self {
         IdempotencyLayer {
             idem: self.idem.clone(),
+            validator: self.validator.clone(),
         }
+    }
+}
+
+impl<DB: Backend> IdempotencyLayer<DB> {
+    /// Runs `check` on every keyed request before its key is claimed. A
+    /// request it refuses leaves no key row, so the caller can correct it and
+    /// retry with the same key. (Checks a handler makes itself return
+    /// [`Reject`](super::Reject) instead.)
+    ///
+    /// ```no_run
+    /// # fn demo(idem: idem_runtime::server::Idempotency<sqlx::Sqlite>) {
+    /// use axum::response::IntoResponse;
+    /// let layer = idem.layer().validate(|_parts, body| {
+    ///     serde_json::from_slice::<serde_json::Value>(body)
+    ///         .err()
+    ///         .map(|e| (http::StatusCode::BAD_REQUEST, e.to_string()).into_response())
+    /// });
+    /// # let _ = layer; }
+    /// ```
+    pub fn validate<F>(mut self, check: F) -> Self
+    where
+        F: Fn(&Parts, &Bytes) -> Option<Response> + Send + Sync + 'static,
+    {
+        self.validator = Some(Arc::new(check));
+        self
     }
 }
 
@@ -154,7 +187,10 @@ impl<DB: Backend> std::fmt::Debug for IdempotencyLayer<DB> {
 impl<DB: Backend> Idempotency<DB> {
     /// The layer for single-phase handlers taking [`IdemTx`].
     pub fn layer(&self) -> IdempotencyLayer<DB> {
-        IdempotencyLayer { idem: self.clone() }
+        IdempotencyLayer {
+            idem: self.clone(),
+            validator: None,
+        }
     }
 }
 
@@ -164,6 +200,7 @@ impl<DB: Backend, S> Layer<S> for IdempotencyLayer<DB> {
     fn layer(&self, inner: S) -> Self::Service {
         IdempotencyService {
             idem: self.idem.clone(),
+            validator: self.validator.clone(),
             inner,
         }
     }
@@ -172,6 +209,7 @@ impl<DB: Backend, S> Layer<S> for IdempotencyLayer<DB> {
 /// The service [`IdempotencyLayer`] produces.
 pub struct IdempotencyService<DB: Backend, S> {
     idem: Idempotency<DB>,
+    validator: Option<Validator>,
     inner: S,
 }
 
@@ -179,6 +217,7 @@ impl<DB: Backend, S: Clone> Clone for IdempotencyService<DB, S> {
     fn clone(&self) -> Self {
         IdempotencyService {
             idem: self.idem.clone(),
+            validator: self.validator.clone(),
             inner: self.inner.clone(),
         }
     }
@@ -209,11 +248,17 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let idem = self.idem.clone();
-        Box::pin(async move { Ok(run(idem, inner, request).await) })
+        let validator = self.validator.clone();
+        Box::pin(async move { Ok(run(idem, validator, inner, request).await) })
     }
 }
 
-async fn run<DB, S>(idem: Idempotency<DB>, mut inner: S, request: Request) -> Response
+async fn run<DB, S>(
+    idem: Idempotency<DB>,
+    validator: Option<Validator>,
+    mut inner: S,
+    request: Request,
+) -> Response
 where
     DB: Backend,
     S: Service<Request, Response = Response, Error = Infallible>,
@@ -229,6 +274,11 @@ where
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
+    if let Some(check) = &validator
+        && let Some(refusal) = check(&parts, &prepared.body)
+    {
+        return refusal;
+    }
     // Held until the transaction has ended (after `finish` below): while it
     // is, a duplicate in this process waits for the turn, bounded, instead of
     // queueing for a pool connection behind the claim it cannot see.
@@ -250,7 +300,7 @@ where
                 None => return idem.in_flight_answer(key, None),
             };
             match idem.claim(&prepared, key, None, started).await {
-                Ok(Ok((tx, generation, _))) => (tx, Some(generation)),
+                Ok(Ok(won)) => (won.tx, Some(won.generation)),
                 Ok(Err(answer)) => return answer,
                 Err(e) => return e.into_response(),
             }
@@ -270,6 +320,12 @@ where
     let Some(tx) = slot.lock().ok().and_then(|mut s| s.take()) else {
         return IdempotencyError::TransactionNotReturned.into_response();
     };
+    if is_rejection(&response) {
+        // Refused before execution began: the claim and any write roll back
+        // together, and nothing of the request remains.
+        drop(tx);
+        return response;
+    }
     match (prepared.key.as_deref(), generation) {
         (Some(key), Some(generation)) => {
             idem.finish(tx, &prepared.scope, key, generation, response)

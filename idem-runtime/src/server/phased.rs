@@ -3,9 +3,10 @@
 //! One transaction cannot roll back a card charge or an email, so such an
 //! operation runs as named steps. A *local* step's writes commit together
 //! with the step's recorded output and the key's recovery point. A *foreign*
-//! step first commits an intent (with the key it will pass on, `{key}:{step}`),
-//! then calls out, then commits its output as the new recovery point. The
-//! claim itself commits inside the first step's transaction.
+//! step first commits an intent (with the key it will pass on, derived from
+//! the claim and the step: see [`ForeignCall::derived_key`]), then calls out,
+//! then commits its output as the new recovery point. The claim itself
+//! commits inside the first step's transaction.
 //!
 //! A retry, a takeover after `lock-timeout`, or the completer re-runs the
 //! operation from the top: finished steps return their recorded output
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use http::request::Parts;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::Transaction;
@@ -30,6 +32,7 @@ use super::clock::now_ms;
 use super::config::FailureReplay;
 use super::engine::Idempotency;
 use super::error::{IdempotencyError, StoreError};
+use super::key::provider_key;
 use super::response::{Reply, StoredResponse};
 use super::store::{Backend, BoxFuture, KeyRecord, StepRecord, StepStatus};
 
@@ -40,6 +43,13 @@ pub enum StepError {
     /// replayed like a success.
     #[error("operation answered {}", .0.status())]
     Reply(Box<Reply>),
+    /// A refusal before the operation began executing (a malformed body, a
+    /// failed precondition): answered, and nothing is recorded, so a
+    /// corrected retry with the same key runs normally. Once a step has
+    /// committed, execution has begun, and a rejection is stored like
+    /// [`StepError::Reply`].
+    #[error("operation refused the request with {}", .0.status())]
+    Reject(Box<Reply>),
     /// A transient failure (a provider timeout): nothing is stored, the lock
     /// is released and a retry or the completer resumes at the recovery point.
     #[error("{0}")]
@@ -69,8 +79,16 @@ impl From<sqlx::Error> for StepError {
 /// What a foreign step's closure receives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForeignCall {
-    /// The key to send to the foreign system: `{key}:{step}`, the same on
-    /// every attempt of this step.
+    /// The key to send to the foreign system, the same on every attempt of
+    /// this step, takeovers and the completer included.
+    ///
+    /// Format: `{claim}:{step}`, where `{claim}` is 32 hex digits of SHA-256
+    /// over the caller's scope, the idempotency key and the time the key was
+    /// claimed. Two callers who happen to send the same key value therefore
+    /// never hand the provider the same key, and a key re-used after its
+    /// replay window (a new request) gets a new one. At most 97 bytes; a
+    /// step name over 64 bytes or outside `[A-Za-z0-9_.-]` appears as 16 hex
+    /// digits of its own digest.
     pub derived_key: String,
     /// `true` when an earlier attempt recorded its intent but not its result:
     /// the foreign system may already have acted on `derived_key`.
@@ -111,6 +129,14 @@ pub trait Operation<DB: Backend>: Send + Sync + 'static {
     /// Runs (or resumes) the operation. Must be deterministic in its step
     /// names given the request.
     fn run<'a>(&'a self, run: &'a mut Run<DB>) -> BoxFuture<'a, Result<Reply, StepError>>;
+
+    /// Checks the request before its key is claimed (default: accepts
+    /// everything). A refusal is answered as it is and records nothing, so
+    /// the caller can correct the request and retry with the same key.
+    fn validate(&self, parts: &Parts, body: &[u8]) -> Result<(), Box<Reply>> {
+        let _ = (parts, body);
+        Ok(())
+    }
 }
 
 /// The running state of one phased request: its key, request and recorded steps.
@@ -119,12 +145,17 @@ pub struct Run<DB: Backend> {
     scope: String,
     key: String,
     generation: i64,
+    /// The record's claim time: with scope and key, it names this claim.
+    claimed_at: i64,
     method: String,
     path: String,
     body: Bytes,
     steps: HashMap<String, StepRecord>,
     /// The claim (or takeover), not yet committed: the first step commits it.
     pending: Option<Transaction<'static, DB>>,
+    /// Whether anything of this request has committed (a step, an intent, or
+    /// the claim of an earlier attempt): execution has begun.
+    begun: bool,
     recovery_point: String,
 }
 
@@ -164,10 +195,11 @@ impl<DB: Backend> Run<DB> {
         &self.body
     }
 
-    /// The body parsed as JSON; a malformed body is a definitive `400`.
+    /// The body parsed as JSON; a malformed body is refused with `400`
+    /// ([`StepError::Reject`]: not recorded when nothing has run yet).
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, StepError> {
         serde_json::from_slice(&self.body).map_err(|e| {
-            StepError::Reply(Box::new(Reply::json(
+            StepError::Reject(Box::new(Reply::json(
                 http::StatusCode::BAD_REQUEST,
                 &serde_json::json!({"code": "invalid_body", "message": e.to_string(), "retryable": false}),
             )))
@@ -227,6 +259,7 @@ impl<DB: Backend> Run<DB> {
         };
         DB::record_step(&mut tx, &self.scope, &self.key, &record, now).await?;
         tx.commit().await?;
+        self.begun = true;
         self.recovery_point = step.to_owned();
         self.steps.insert(step.to_owned(), record);
         Ok(())
@@ -260,14 +293,20 @@ impl<DB: Backend> Run<DB> {
         if let Some(done) = self.recorded(step)? {
             return Ok(done);
         }
-        let derived_key = format!("{}:{}", self.key, step);
-        let reconciling = matches!(
-            self.steps.get(step),
+        // An interrupted step calls again with the key its intent recorded:
+        // that is the key the provider may already have acted on.
+        let intent = match self.steps.get(step) {
             Some(StepRecord {
                 status: StepStatus::Intent,
+                derived_key,
                 ..
-            })
-        );
+            }) => Some(derived_key.clone()),
+            _ => None,
+        };
+        let reconciling = intent.is_some();
+        let derived_key = intent
+            .flatten()
+            .unwrap_or_else(|| provider_key(&self.scope, &self.key, self.claimed_at, step));
         if reconciling {
             tracing::warn!(
                 scope = %self.scope,
@@ -279,6 +318,7 @@ impl<DB: Backend> Run<DB> {
             if let Some(tx) = self.pending.take() {
                 tx.commit().await?;
             }
+            self.begun = true;
         } else {
             let mut tx = self.begin().await?;
             let now = now_ms();
@@ -303,6 +343,7 @@ impl<DB: Backend> Run<DB> {
             };
             DB::record_step(&mut tx, &self.scope, &self.key, &record, now).await?;
             tx.commit().await?;
+            self.begun = true;
             self.steps.insert(step.to_owned(), record);
         }
         let output = f(ForeignCall {
@@ -351,10 +392,13 @@ impl<DB: Backend> Idempotency<DB> {
         let Some(key) = prepared.key.clone() else {
             return self.missing_key().into_response();
         };
+        if let Err(refusal) = operation.validate(&parts, &prepared.body) {
+            return refusal.into_response();
+        }
         // No per-key turn here: a phased claim commits with its first step,
         // after which duplicates see it and get the in-flight answer at once.
         let started = std::time::Instant::now();
-        let (tx, generation, resumed) = match self
+        let won = match self
             .claim(&prepared, &key, Some(operation.name()), started)
             .await
         {
@@ -366,15 +410,17 @@ impl<DB: Backend> Idempotency<DB> {
             idem: self.clone(),
             scope: prepared.scope,
             key,
-            generation,
+            generation: won.generation,
+            claimed_at: won.claimed_at,
             method: prepared.request.method,
             path: prepared.request.path,
             body: prepared.body,
             steps: HashMap::new(),
-            pending: Some(tx),
+            begun: won.resumed.is_some(),
+            pending: Some(won.tx),
             recovery_point: "started".to_owned(),
         };
-        self.drive(operation, run, resumed).await.0
+        self.drive(operation, run, won.resumed).await.0
     }
 
     /// Runs (or resumes) `run` to an answer, storing it when definitive;
@@ -401,7 +447,12 @@ impl<DB: Backend> Idempotency<DB> {
         let outcome = operation.run(&mut run).await;
         let reply = match outcome {
             Ok(reply) => reply,
-            Err(StepError::Reply(reply)) => *reply,
+            Err(StepError::Reject(reply)) if !run.begun => {
+                // Nothing ran: dropping the uncommitted claim leaves no trace.
+                drop(run.pending.take());
+                return (reply.into_response(), false);
+            }
+            Err(StepError::Reply(reply) | StepError::Reject(reply)) => *reply,
             Err(StepError::LockLost) => return (IdempotencyError::LockLost.into_response(), false),
             Err(StepError::Store(e)) => {
                 self.release(&mut run).await;
@@ -518,11 +569,13 @@ impl<DB: Backend> Idempotency<DB> {
             scope: scope.to_owned(),
             key: key.to_owned(),
             generation,
+            claimed_at: record.created_at,
             method: request.method,
             path: request.path,
             body: Bytes::from(request.body),
             steps: HashMap::new(),
             pending: Some(tx),
+            begun: true,
             recovery_point: record.recovery_point.clone(),
         };
         let (_, completed) = self.drive(operation, run, Some(record)).await;

@@ -168,3 +168,42 @@ impl IntoResponse for Reply {
         response
     }
 }
+
+/// A refusal before the operation began executing, which the protocol does
+/// not record.
+///
+/// Wrap a handler's answer in it when the request fails validation the
+/// handler does itself (a malformed body, a missing or mistyped parameter, a
+/// business rule checked before any write). The idempotency layer then rolls
+/// back the handler's transaction, claim included: no key row is left, so a
+/// corrected retry with the same key runs normally. Any write the handler made
+/// before rejecting is rolled back with it.
+///
+/// A failure after execution began is an ordinary response: it is stored and
+/// replayed as `failure-replay` says.
+///
+/// ```
+/// use axum::response::IntoResponse;
+/// use idem_runtime::server::Reject;
+/// let response = Reject((http::StatusCode::BAD_REQUEST, "amount must be positive")).into_response();
+/// assert!(idem_runtime::server::is_rejection(&response));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Reject<R>(pub R);
+
+/// The response extension that marks a [`Reject`].
+#[derive(Debug, Clone, Copy)]
+struct Unrecorded;
+
+impl<R: IntoResponse> IntoResponse for Reject<R> {
+    fn into_response(self) -> Response {
+        let mut response = self.0.into_response();
+        response.extensions_mut().insert(Unrecorded);
+        response
+    }
+}
+
+/// Whether `response` came from a [`Reject`] and must not be recorded.
+pub fn is_rejection(response: &Response) -> bool {
+    response.extensions().get::<Unrecorded>().is_some()
+}
