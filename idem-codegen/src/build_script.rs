@@ -27,17 +27,35 @@ pub enum BuildError {
 /// build script when any error-severity finding remains.
 pub fn audit(spec: impl AsRef<Path>) -> Result<(), BuildError> {
     let spec = spec.as_ref();
+    let model = load_model(spec).map_err(BuildError::Load)?;
+    let errors = print_findings(&model);
+    if errors > 0 {
+        return Err(BuildError::Findings {
+            spec: spec.display().to_string(),
+            errors,
+        });
+    }
+    Ok(())
+}
+
+/// Loads and models `spec`, telling Cargo to re-run when any file it loads
+/// changes; the error is `file:line:column: message`.
+pub(crate) fn load_model(spec: &Path) -> Result<model::Model, String> {
     println!("cargo:rerun-if-changed={}", spec.display());
-    let document = Document::load(spec)
-        .map_err(|f| BuildError::Load(location_message(&f.sources, &f.error)))?;
+    let document = Document::load(spec).map_err(|f| location_message(&f.sources, &f.error))?;
     for file in 0..document.sources.len() {
-        if let Some(f) = document.sources.get(crate::source::FileId(file as u32)) {
+        let id = crate::source::FileId(u32::try_from(file).unwrap_or(u32::MAX));
+        if let Some(f) = document.sources.get(id) {
             println!("cargo:rerun-if-changed={}", f.path.display());
         }
     }
-    let model = model::build(document, &audit::rule_names())
-        .map_err(|f| BuildError::Load(location_message(&f.sources, &f.error)))?;
-    let report = audit::audit(&model);
+    model::build(document, &audit::rule_names()).map_err(|f| location_message(&f.sources, &f.error))
+}
+
+/// Prints every finding of the audit as a `cargo:warning=` line; returns
+/// how many are errors.
+pub(crate) fn print_findings(model: &model::Model) -> usize {
+    let report = audit::audit(model);
     let sources = &model.document.sources;
     for d in &report.diagnostics {
         println!(
@@ -50,18 +68,11 @@ pub fn audit(spec: impl AsRef<Path>) -> Result<(), BuildError> {
             d.message
         );
     }
-    let errors = report
+    report
         .diagnostics
         .iter()
         .filter(|d| d.severity == Severity::Error)
-        .count();
-    if errors > 0 {
-        return Err(BuildError::Findings {
-            spec: spec.display().to_string(),
-            errors,
-        });
-    }
-    Ok(())
+        .count()
 }
 
 /// `file:line:column: message` for a load error.

@@ -23,7 +23,7 @@ pub const EXIT_ERROR: i32 = 2;
 #[command(
     name = "idem",
     version,
-    about = "Make retries safe by construction: audit an OpenAPI document's retry contract"
+    about = "Make retries safe by construction: audit an OpenAPI document's retry contract and generate from it"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -34,6 +34,8 @@ pub struct Cli {
 pub enum Command {
     /// Audit every operation of SPEC; exit 1 on findings at or above the threshold.
     Audit(AuditArgs),
+    /// Generate a crate from SPEC: the typed client (`--client`).
+    Generate(GenerateArgs),
     /// List the rules.
     Rules,
     /// Print a rule's page, by code (IDEM001) or slug (unkeyed-unsafe-write).
@@ -59,6 +61,35 @@ pub struct AuditArgs {
     #[arg(long, value_name = "FILE")]
     pub write_baseline: Option<PathBuf>,
     /// Colour: auto (on a terminal, unless NO_COLOR is set), always or never.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct GenerateArgs {
+    /// The OpenAPI document.
+    pub spec: PathBuf,
+    /// Where to write the crate (`Cargo.toml`, `src/lib.rs`).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Generate the typed client SDK.
+    #[arg(long)]
+    pub client: bool,
+    /// Generate the server scaffolding (not available in this version).
+    #[arg(long)]
+    pub server: bool,
+    /// Write the integrator docs page (not available in this version).
+    #[arg(long)]
+    pub docs: bool,
+    /// The crate's package name (default: from the spec's title).
+    #[arg(long, value_name = "CRATE")]
+    pub name: Option<String>,
+    /// Depend on a local `idem-runtime` at PATH instead of the published one.
+    #[arg(long, value_name = "PATH")]
+    pub runtime_path: Option<PathBuf>,
+    /// Generate even when the audit reports errors.
+    #[arg(long)]
+    pub allow_findings: bool,
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
 }
@@ -95,6 +126,7 @@ where
     };
     let result = match cli.command {
         Command::Audit(args) => run_audit(&args, stdout, stderr),
+        Command::Generate(args) => run_generate(&args, stdout, stderr),
         Command::Rules => {
             let mut text = String::new();
             for r in RULES {
@@ -160,24 +192,8 @@ fn run_audit(
 ) -> std::io::Result<i32> {
     let color = use_color(args.color, std::io::stdout().is_terminal());
     let err_color = use_color(args.color, std::io::stderr().is_terminal());
-    let document = match Document::load(&args.spec) {
-        Ok(d) => d,
-        Err(failure) => {
-            stderr.write_all(
-                render::load_error(&failure.sources, &failure.error, err_color).as_bytes(),
-            )?;
-            return Ok(EXIT_ERROR);
-        }
-    };
-    let names = audit::rule_names();
-    let model = match crate::model::build(document, &names) {
-        Ok(m) => m,
-        Err(failure) => {
-            stderr.write_all(
-                render::load_error(&failure.sources, &failure.error, err_color).as_bytes(),
-            )?;
-            return Ok(EXIT_ERROR);
-        }
+    let Some(model) = load_model(&args.spec, stderr, err_color)? else {
+        return Ok(EXIT_ERROR);
     };
     let mut report = audit::audit(&model);
     if let Some(path) = &args.write_baseline {
@@ -210,4 +226,118 @@ fn run_audit(
     };
     let failing = report.diagnostics.iter().any(|d| d.severity >= threshold);
     Ok(if failing { EXIT_FINDINGS } else { EXIT_CLEAN })
+}
+
+fn run_generate(
+    args: &GenerateArgs,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> std::io::Result<i32> {
+    let err_color = use_color(args.color, std::io::stderr().is_terminal());
+    for (asked, what) in [(args.server, "--server"), (args.docs, "--docs")] {
+        if asked {
+            writeln!(
+                stderr,
+                "error: {what} is not available in this version of idem; `--client` generates the typed client"
+            )?;
+            return Ok(EXIT_ERROR);
+        }
+    }
+    let started = std::time::Instant::now();
+    let model = match load_model(&args.spec, stderr, err_color)? {
+        Some(model) => model,
+        None => return Ok(EXIT_ERROR),
+    };
+    let report = audit::audit(&model);
+    let errors = report
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .count();
+    if errors > 0 {
+        stderr.write_all(render::report(&model, &report, Format::Human, err_color).as_bytes())?;
+        if !args.allow_findings {
+            writeln!(
+                stderr,
+                "error: {errors} audit error(s): nothing generated (`--allow-findings` generates anyway)"
+            )?;
+            return Ok(EXIT_FINDINGS);
+        }
+    }
+    let options = crate::generate::Options { client: true };
+    let generated = match crate::generate::generate(&model, &options) {
+        Ok(g) => g,
+        Err(e) => {
+            writeln!(stderr, "error: {e}")?;
+            return Ok(EXIT_ERROR);
+        }
+    };
+    let name = args.name.clone().unwrap_or_else(|| {
+        let stem = args
+            .spec
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let base = if model.title.trim().is_empty() {
+            stem
+        } else {
+            model.title.clone()
+        };
+        crate::write::package_name(&base)
+    });
+    let runtime = match &args.runtime_path {
+        Some(path) => crate::write::Runtime::Path(
+            std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()),
+        ),
+        None => crate::write::Runtime::Registry,
+    };
+    let files = crate::write::crate_files(&generated, &name, &model.title, &runtime);
+    let mut written = 0;
+    for file in &files {
+        let path = args.out.join(&file.path);
+        match crate::write::write_if_changed(&path, &file.contents) {
+            Ok(true) => written += 1,
+            Ok(false) => {}
+            Err(e) => {
+                writeln!(stderr, "error: cannot write {}: {e}", path.display())?;
+                return Ok(EXIT_ERROR);
+            }
+        }
+    }
+    writeln!(
+        stdout,
+        "generated {name} in {}: {} operations, {} lines, {} file(s) written, {:.2}s",
+        args.out.display(),
+        model.operations.len(),
+        generated.lines,
+        written,
+        started.elapsed().as_secs_f64()
+    )?;
+    Ok(EXIT_CLEAN)
+}
+
+/// Loads and models `spec`; a failure is rendered to `stderr` and gives `None`.
+fn load_model(
+    spec: &std::path::Path,
+    stderr: &mut dyn Write,
+    color: bool,
+) -> std::io::Result<Option<crate::model::Model>> {
+    let document = match Document::load(spec) {
+        Ok(d) => d,
+        Err(failure) => {
+            stderr.write_all(
+                render::load_error(&failure.sources, &failure.error, color).as_bytes(),
+            )?;
+            return Ok(None);
+        }
+    };
+    match crate::model::build(document, &audit::rule_names()) {
+        Ok(m) => Ok(Some(m)),
+        Err(failure) => {
+            stderr.write_all(
+                render::load_error(&failure.sources, &failure.error, color).as_bytes(),
+            )?;
+            Ok(None)
+        }
+    }
 }

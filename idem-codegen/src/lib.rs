@@ -3,16 +3,22 @@
 //! The pipeline runs one way: [`load`] (YAML or JSON, multi-file `$ref`s, every
 //! node keeps its position) → [`model`] (one [`model::Operation`] per path and
 //! method, with its retry class, key policy, retry policy and phases) →
-//! [`audit`] (rules over the model) → [`render`] (human, JSON, SARIF, GitHub).
+//! [`audit`] (rules over the model) → [`render`] (human, JSON, SARIF, GitHub),
+//! and [`generate`] (the client SDK) from the same model.
 //! Generators read the model, never the raw document.
 
 pub mod audit;
 pub mod baseline;
+pub mod build;
 pub mod build_script;
 pub mod cli;
+pub mod generate;
 pub mod load;
 pub mod model;
 pub mod render;
 pub mod source;
 pub mod tree;
 pub mod vocab;
+pub mod write;
+
+pub use generate::{Generated, Options, generate};

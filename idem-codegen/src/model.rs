@@ -13,8 +13,10 @@ use crate::vocab::{
 };
 
 mod build;
+pub mod schema;
 
 pub use build::build;
+pub use schema::{Kind, Schema, SchemaRef, Schemas};
 
 /// HTTP methods an OpenAPI path item can hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -126,6 +128,14 @@ pub struct Parameter {
     pub max_length: Option<u64>,
     /// Where the parameter is declared (possibly another file).
     pub pos: Pos,
+    /// The parameter's schema (from `schema`, or from its one `content` entry).
+    pub schema: Option<Schema>,
+    /// `style`, when written (`form`, `simple`, `deepObject`, …).
+    pub style: Option<String>,
+    /// `explode`, when written.
+    pub explode: Option<bool>,
+    pub description: Option<String>,
+    pub deprecated: bool,
 }
 
 /// A documented response.
@@ -138,6 +148,61 @@ pub struct Response {
     pub headers: Vec<String>,
     /// Description plus any example text, for rules that read what is said.
     pub text: String,
+    pub description: Option<String>,
+    /// The body in each media type the response documents.
+    pub media: Vec<Media>,
+    /// The documented headers with their schemas.
+    pub header_specs: Vec<HeaderSpec>,
+}
+
+/// A body in one media type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Media {
+    /// `application/json`, `multipart/form-data`, `*/*`, …
+    pub media_type: String,
+    pub schema: Option<Schema>,
+    /// Per-property `encoding` of a form or multipart body.
+    pub encoding: Vec<Encoding>,
+}
+
+/// How one property of a form or multipart body is encoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encoding {
+    pub property: String,
+    pub style: Option<String>,
+    pub explode: Option<bool>,
+    pub content_type: Option<String>,
+}
+
+/// A documented response header.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeaderSpec {
+    pub name: String,
+    pub required: bool,
+    pub description: Option<String>,
+    pub schema: Option<Schema>,
+}
+
+/// A `components/securitySchemes` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecurityScheme {
+    /// The scheme's key in `securitySchemes`.
+    pub name: String,
+    pub kind: SecurityKind,
+    pub description: Option<String>,
+}
+
+/// What a security scheme asks the client to send.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SecurityKind {
+    /// `Authorization: Bearer …` (HTTP bearer, OAuth 2, OpenID Connect).
+    Bearer,
+    /// `Authorization: Basic …`.
+    Basic,
+    /// A key in a header, query parameter or cookie named `parameter`.
+    ApiKey { location: String, parameter: String },
+    /// Anything else (mutual TLS, other HTTP schemes): not applied.
+    Other(String),
 }
 
 impl Response {
@@ -154,6 +219,9 @@ pub struct RequestBody {
     /// Top-level property names of the first schema (after `$ref`/`allOf`).
     pub properties: Vec<String>,
     pub pos: Pos,
+    pub description: Option<String>,
+    /// The body in each media type the operation accepts.
+    pub media: Vec<Media>,
 }
 
 /// Where the key travels and how it was found.
@@ -265,6 +333,12 @@ pub struct Operation {
     pub ext: IdempotencyExt,
     pub waivers: Vec<Waiver>,
     pub prose: Vec<Prose>,
+    pub description: Option<String>,
+    pub deprecated: bool,
+    pub tags: Vec<String>,
+    /// The operation's own `security` (scheme names of each alternative);
+    /// `None` inherits the document's.
+    pub security: Option<Vec<Vec<String>>>,
 }
 
 impl Operation {
@@ -318,6 +392,15 @@ pub struct Model {
     pub operations: Vec<Operation>,
     pub webhooks: Vec<Webhook>,
     pub extension_errors: Vec<ExtensionError>,
+    /// Every named schema the operations use, and every one under
+    /// `components/schemas`.
+    pub schemas: Schemas,
+    pub security_schemes: Vec<SecurityScheme>,
+    /// The document's `security`: scheme names of each alternative.
+    pub security: Vec<Vec<String>>,
+    /// `servers[*].url`, in order.
+    pub servers: Vec<String>,
+    pub description: Option<String>,
 }
 
 impl Model {

@@ -11,3 +11,34 @@
 pub mod client;
 #[cfg(feature = "server")]
 pub mod server;
+
+pub mod codec;
+
+// What generated code names, re-exported so a generated crate depends on
+// `idem-runtime` alone and always agrees with it on versions.
+#[cfg(feature = "server")]
+pub use axum;
+pub use bytes;
+pub use http;
+#[cfg(feature = "client")]
+pub use reqwest;
+pub use serde;
+pub use serde_json;
+#[cfg(feature = "server")]
+pub use sqlx;
+
+/// Includes the API that `idem_codegen::build` generated into `OUT_DIR`.
+///
+/// ```ignore
+/// // build.rs: idem_codegen::build::compile("openapi.yaml")?;
+/// idem_runtime::include_api!();
+/// ```
+#[macro_export]
+macro_rules! include_api {
+    () => {
+        ::core::include!(::core::concat!(::core::env!("OUT_DIR"), "/idem_api.rs"));
+    };
+    ($name:literal) => {
+        ::core::include!(::core::concat!(::core::env!("OUT_DIR"), "/", $name, ".rs"));
+    };
+}

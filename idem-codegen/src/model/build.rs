@@ -7,10 +7,12 @@ use crate::vocab::{
     Effect, IdempotencyExt, KeyIn, KeyRequirement, Level, Located, Reader, RetryExt,
 };
 
+use super::schema::SchemaBuilder;
 use super::{
-    BODY_KEY_FIELD, COMMON_KEY_HEADERS, KeyPolicy, KeySource, Method, Model, Operation, Parameter,
-    Prose, RequestBody, Response, RetryClass, Root, Webhook, key_in, key_settings,
-    merge_idempotency, merge_retry, read_extensions, retry_policy,
+    BODY_KEY_FIELD, COMMON_KEY_HEADERS, Encoding, HeaderSpec, KeyPolicy, KeySource, Media, Method,
+    Model, Operation, Parameter, Prose, RequestBody, Response, RetryClass, Root, Schemas,
+    SecurityKind, SecurityScheme, Webhook, key_in, key_settings, merge_idempotency, merge_retry,
+    read_extensions, retry_policy,
 };
 
 /// Build the model of `document`. `rule_names` are the slugs and codes that
@@ -24,16 +26,22 @@ pub fn build(document: Document, rule_names: &[&str]) -> Result<Model, Box<LoadF
             errors: &mut errors,
             rule_names,
         },
+        schemas: SchemaBuilder::new(&document),
     }
     .run();
     match built {
-        Ok((title, root, operations, webhooks)) => Ok(Model {
-            document,
-            title,
-            root,
-            operations,
-            webhooks,
+        Ok(built) => Ok(Model {
+            title: built.title,
+            root: built.root,
+            operations: built.operations,
+            webhooks: built.webhooks,
             extension_errors: errors,
+            schemas: built.schemas,
+            security_schemes: built.security_schemes,
+            security: built.security,
+            servers: built.servers,
+            description: built.description,
+            document,
         }),
         Err(error) => Err(Box::new(LoadFailure {
             error,
@@ -42,11 +50,22 @@ pub fn build(document: Document, rule_names: &[&str]) -> Result<Model, Box<LoadF
     }
 }
 
-type Built = (String, Root, Vec<Operation>, Vec<Webhook>);
+struct Built {
+    title: String,
+    root: Root,
+    operations: Vec<Operation>,
+    webhooks: Vec<Webhook>,
+    schemas: Schemas,
+    security_schemes: Vec<SecurityScheme>,
+    security: Vec<Vec<String>>,
+    servers: Vec<String>,
+    description: Option<String>,
+}
 
 struct Builder<'d, 'e> {
     doc: &'d Document,
     reader: Reader<'e>,
+    schemas: SchemaBuilder<'d>,
 }
 
 /// Aliases read from other tools' extensions at the root.
@@ -143,7 +162,93 @@ impl<'d> Builder<'d, '_> {
         }
         root.prose.sort_by_key(|p| p.pos);
         root.prose.dedup_by_key(|p| p.pos);
-        Ok((title, root, operations, webhooks))
+        self.schemas.components();
+        let security_schemes = self.security_schemes()?;
+        let description = info
+            .and_then(|i| i.get("description"))
+            .and_then(Node::as_str)
+            .map(str::to_owned);
+        let servers = root_node
+            .get("servers")
+            .and_then(Node::as_seq)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|s| s.get("url").and_then(Node::as_str).map(str::to_owned))
+            .collect();
+        Ok(Built {
+            title,
+            root,
+            operations,
+            webhooks,
+            schemas: self.schemas.finish(),
+            security_schemes,
+            security: security_of(root_node).unwrap_or_default(),
+            servers,
+            description,
+        })
+    }
+
+    fn security_schemes(&self) -> Result<Vec<SecurityScheme>, LoadError> {
+        let mut out = Vec::new();
+        let schemes = self
+            .doc
+            .root()
+            .get("components")
+            .and_then(|c| c.get("securitySchemes"))
+            .and_then(Node::as_map)
+            .unwrap_or(&[]);
+        for (name, node) in schemes {
+            let node = self.doc.resolve(node)?;
+            let text = |field| node.get(field).and_then(Node::as_str).unwrap_or("");
+            let kind = match (text("type"), text("scheme").to_ascii_lowercase().as_str()) {
+                ("http", "bearer") | ("oauth2" | "openIdConnect", _) => SecurityKind::Bearer,
+                ("http", "basic") => SecurityKind::Basic,
+                ("apiKey", _) => SecurityKind::ApiKey {
+                    location: text("in").to_owned(),
+                    parameter: text("name").to_owned(),
+                },
+                (ty, scheme) => SecurityKind::Other(format!("{ty} {scheme}").trim().to_owned()),
+            };
+            out.push(SecurityScheme {
+                name: name.name.clone(),
+                kind,
+                description: node
+                    .get("description")
+                    .and_then(Node::as_str)
+                    .map(str::to_owned),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The body in each media type of a `content` map.
+    fn media(&mut self, content: Option<&'d Node>) -> Vec<Media> {
+        let mut out = Vec::new();
+        for (media, entry) in content.and_then(Node::as_map).unwrap_or(&[]) {
+            let entry = self.doc.resolve(entry).unwrap_or(entry);
+            let schema = entry.get("schema").map(|s| self.schemas.schema(s));
+            let encoding = entry
+                .get("encoding")
+                .and_then(Node::as_map)
+                .unwrap_or(&[])
+                .iter()
+                .map(|(property, e)| Encoding {
+                    property: property.name.clone(),
+                    style: e.get("style").and_then(Node::as_str).map(str::to_owned),
+                    explode: e.get("explode").and_then(Node::as_bool),
+                    content_type: e
+                        .get("contentType")
+                        .and_then(Node::as_str)
+                        .map(str::to_owned),
+                })
+                .collect();
+            out.push(Media {
+                media_type: media.name.clone(),
+                schema,
+                encoding,
+            });
+        }
+        out
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -196,6 +301,17 @@ impl<'d> Builder<'d, '_> {
         let summary = op.get("summary").and_then(Node::as_str).map(str::to_owned);
         push_prose(&mut prose, op, &["summary", "description"]);
 
+        let description = op
+            .get("description")
+            .and_then(Node::as_str)
+            .map(str::to_owned);
+        let tags = op
+            .get("tags")
+            .and_then(Node::as_seq)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|t| t.as_str().map(str::to_owned))
+            .collect();
         let conditional = parameters.iter().any(|p| {
             p.location == "header" && p.required && p.name.eq_ignore_ascii_case("If-Match")
         }) && responses.iter().any(|r| r.status == "412");
@@ -222,6 +338,10 @@ impl<'d> Builder<'d, '_> {
             waivers: ext.allow.clone(),
             ext,
             prose,
+            description,
+            deprecated: op.get("deprecated").and_then(Node::as_bool) == Some(true),
+            tags,
+            security: security_of(op),
         };
         operation.class = classify(&operation);
         Ok(operation)
@@ -230,7 +350,7 @@ impl<'d> Builder<'d, '_> {
     /// Parameters of `node`; with `shared`, path-level parameters not
     /// overridden here (same name and location) are appended.
     fn parameters(
-        &self,
+        &mut self,
         node: &'d Node,
         shared: Option<&[Parameter]>,
     ) -> Result<Vec<Parameter>, LoadError> {
@@ -243,20 +363,37 @@ impl<'d> Builder<'d, '_> {
             ) else {
                 continue;
             };
-            let schema = match param.get("schema") {
+            // A parameter is typed by `schema`, or by the schema of its one
+            // `content` entry.
+            let schema_node = param.get("schema").or_else(|| {
+                param
+                    .get("content")
+                    .and_then(Node::as_map)
+                    .and_then(|c| c.first())
+                    .and_then(|(_, media)| media.get("schema"))
+            });
+            let schema = match schema_node {
                 Some(s) => Some(self.doc.resolve(s)?),
                 None => None,
             };
+            let typed = schema_node.map(|s| self.schemas.schema(s));
+            let text = |field| param.get(field).and_then(Node::as_str).map(str::to_owned);
             out.push(Parameter {
                 name: name.to_owned(),
                 location: location.to_owned(),
-                required: param.get("required").and_then(Node::as_bool) == Some(true),
+                required: param.get("required").and_then(Node::as_bool) == Some(true)
+                    || location == "path",
                 schema_type: schema.and_then(schema_type),
                 max_length: schema
                     .and_then(|s| s.get("maxLength"))
                     .and_then(|n| n.scalar_text())
                     .and_then(|t| t.parse().ok()),
                 pos: param.pos,
+                schema: typed,
+                style: text("style"),
+                explode: param.get("explode").and_then(Node::as_bool),
+                description: text("description"),
+                deprecated: param.get("deprecated").and_then(Node::as_bool) == Some(true),
             });
         }
         if let Some(shared) = shared {
@@ -272,7 +409,7 @@ impl<'d> Builder<'d, '_> {
         Ok(out)
     }
 
-    fn request_body(&self, node: &'d Node) -> Result<RequestBody, LoadError> {
+    fn request_body(&mut self, node: &'d Node) -> Result<RequestBody, LoadError> {
         let body = self.doc.resolve(node)?;
         let mut content_types = Vec::new();
         let mut properties = Vec::new();
@@ -291,6 +428,11 @@ impl<'d> Builder<'d, '_> {
             content_types,
             properties,
             pos: body.pos,
+            description: body
+                .get("description")
+                .and_then(Node::as_str)
+                .map(str::to_owned),
+            media: self.media(body.get("content")),
         })
     }
 
@@ -315,7 +457,11 @@ impl<'d> Builder<'d, '_> {
     }
 
     /// The responses of `op`; their descriptions are added to `prose`.
-    fn responses(&self, op: &'d Node, prose: &mut Vec<Prose>) -> Result<Vec<Response>, LoadError> {
+    fn responses(
+        &mut self,
+        op: &'d Node,
+        prose: &mut Vec<Prose>,
+    ) -> Result<Vec<Response>, LoadError> {
         let mut out = Vec::new();
         for (status, node) in op.get("responses").and_then(Node::as_map).unwrap_or(&[]) {
             if status.name.starts_with("x-") {
@@ -336,11 +482,34 @@ impl<'d> Builder<'d, '_> {
             if let Some(content) = response.get("content") {
                 example_text(content, &mut text);
             }
+            let mut header_specs = Vec::new();
+            for (name, header) in response
+                .get("headers")
+                .and_then(Node::as_map)
+                .unwrap_or(&[])
+            {
+                let header = self.doc.resolve(header)?;
+                header_specs.push(HeaderSpec {
+                    name: name.name.clone(),
+                    required: header.get("required").and_then(Node::as_bool) == Some(true),
+                    description: header
+                        .get("description")
+                        .and_then(Node::as_str)
+                        .map(str::to_owned),
+                    schema: header.get("schema").map(|s| self.schemas.schema(s)),
+                });
+            }
             out.push(Response {
                 status: status.name.clone(),
                 pos: status.pos,
                 headers,
                 text,
+                description: response
+                    .get("description")
+                    .and_then(Node::as_str)
+                    .map(str::to_owned),
+                media: self.media(response.get("content")),
+                header_specs,
             });
         }
         Ok(out)
@@ -430,6 +599,23 @@ pub(crate) fn classify(op: &Operation) -> RetryClass {
     } else {
         RetryClass::Unsafe
     }
+}
+
+/// A `security` list: each alternative's scheme names.
+fn security_of(node: &Node) -> Option<Vec<Vec<String>>> {
+    let list = node.get("security")?.as_seq()?;
+    Some(
+        list.iter()
+            .map(|alternative| {
+                alternative
+                    .as_map()
+                    .unwrap_or(&[])
+                    .iter()
+                    .map(|(k, _)| k.name.clone())
+                    .collect()
+            })
+            .collect(),
+    )
 }
 
 fn schema_type(schema: &Node) -> Option<String> {

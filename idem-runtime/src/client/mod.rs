@@ -43,6 +43,7 @@
 //! See `docs/client.md` for the defaults, the classification table and the
 //! simulation results.
 
+pub mod api;
 mod attempt;
 mod backoff;
 mod breaker;

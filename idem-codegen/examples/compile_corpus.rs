@@ -1,0 +1,165 @@
+//! The corpus compile rate: generate the client for every OpenAPI root
+//! document in `../shared/specs` (or `IDEM_SPECS_DIR`), type-check each
+//! generated crate with warnings denied, and print a table.
+//!
+//! ```text
+//! cargo run --release -p idem-codegen --example compile_corpus [-- FILTER…]
+//! ```
+//!
+//! Crates are written to `target/corpus/<name>` as one workspace with one
+//! shared target dir, so dependencies compile once. `FILTER`s keep only
+//! specs whose path contains one of them. Exits 1 when any spec fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use idem_codegen::generate::{Options, generate};
+use idem_codegen::write::{Runtime, crate_files, write_if_changed};
+
+struct Row {
+    spec: String,
+    result: String,
+    lines: usize,
+    generate_ms: u128,
+    check_ms: u128,
+}
+
+fn main() {
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let specs_dir = std::env::var_os("IDEM_SPECS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("../shared/specs"));
+    let manifest = match std::fs::read_to_string(specs_dir.join("MANIFEST.tsv")) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("skipped: no corpus at {} ({e})", specs_dir.display());
+            return;
+        }
+    };
+    let filters: Vec<String> = std::env::args().skip(1).collect();
+    let out = workspace.join("target/corpus");
+    let mut members = Vec::new();
+    let mut rows = Vec::new();
+    for line in manifest.lines().skip(1) {
+        let columns: Vec<&str> = line.split('\t').collect();
+        let (Some(path), Some(version)) = (columns.first(), columns.get(5)) else {
+            continue;
+        };
+        if !filters.is_empty() && !filters.iter().any(|f| path.contains(f.as_str())) {
+            continue;
+        }
+        if !version.starts_with("openapi 3") && !version.starts_with("swagger 2") {
+            continue;
+        }
+        let name = format!(
+            "corpus-{}",
+            path.replace(['/', '.', '_'], "-").to_ascii_lowercase()
+        );
+        let started = Instant::now();
+        let result = (|| -> Result<usize, String> {
+            let document = idem_codegen::load::Document::load(&specs_dir.join(path))
+                .map_err(|f| format!("load: {}", f.error))?;
+            let model = idem_codegen::model::build(document, &idem_codegen::audit::rule_names())
+                .map_err(|f| format!("model: {}", f.error))?;
+            let generated =
+                generate(&model, &Options { client: true }).map_err(|e| e.to_string())?;
+            let runtime = Runtime::Path(workspace.join("idem-runtime"));
+            for file in crate_files(&generated, &name, &model.title, &runtime) {
+                write_if_changed(&out.join(&name).join(&file.path), &file.contents)
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(generated.lines)
+        })();
+        let generate_ms = started.elapsed().as_millis();
+        match result {
+            Ok(lines) => {
+                members.push(name.clone());
+                rows.push(Row {
+                    spec: (*path).to_owned(),
+                    result: name,
+                    lines,
+                    generate_ms,
+                    check_ms: 0,
+                });
+            }
+            Err(e) => rows.push(Row {
+                spec: (*path).to_owned(),
+                result: format!("FAIL generate: {e}"),
+                lines: 0,
+                generate_ms,
+                check_ms: 0,
+            }),
+        }
+    }
+    let members_toml: Vec<String> = members.iter().map(|m| format!("{m:?}")).collect();
+    let root = format!(
+        "[workspace]\nresolver = \"3\"\nmembers = [{}]\n",
+        members_toml.join(", ")
+    );
+    if let Err(e) = write_if_changed(&out.join("Cargo.toml"), &root) {
+        eprintln!("error: cannot write the corpus workspace: {e}");
+        std::process::exit(2);
+    }
+    let mut failures = 0;
+    for row in &mut rows {
+        if row.result.starts_with("FAIL") {
+            failures += 1;
+            continue;
+        }
+        let started = Instant::now();
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "check",
+                "--quiet",
+                "--message-format=short",
+                "-p",
+                &row.result,
+            ])
+            .current_dir(&out)
+            .env("RUSTFLAGS", "-D warnings")
+            .env("CARGO_TARGET_DIR", out.join("target"))
+            .output();
+        row.check_ms = started.elapsed().as_millis();
+        row.result = match status {
+            Ok(o) if o.status.success() => "ok".to_owned(),
+            Ok(o) => {
+                failures += 1;
+                let stderr = String::from_utf8_lossy(&o.stderr);
+                let first = stderr
+                    .lines()
+                    .find(|l| l.contains("error") || l.contains("warning"))
+                    .unwrap_or("")
+                    .to_owned();
+                eprintln!(
+                    "--- {}\n{}",
+                    row.spec,
+                    stderr.lines().take(40).collect::<Vec<_>>().join("\n")
+                );
+                format!("FAIL check: {first}")
+            }
+            Err(e) => {
+                failures += 1;
+                format!("FAIL check: {e}")
+            }
+        };
+        eprintln!("{:<58} {}", row.spec, row.result);
+    }
+    println!(
+        "| spec | result | lines | generate ms | check ms |\n| --- | --- | ---: | ---: | ---: |"
+    );
+    for row in &rows {
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            row.spec, row.result, row.lines, row.generate_ms, row.check_ms
+        );
+    }
+    let total = rows.len();
+    println!("\n{} of {total} compile with no warnings", total - failures);
+    if failures > 0 {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,163 @@
+//! The `build.rs` front end, in three layers (as prost-build has them):
+//! [`compile`] for the common case, [`Config`] for options, and the pure
+//! [`crate::generate::generate`] underneath, which does no I/O.
+//!
+//! ```no_run
+//! // build.rs
+//! fn main() {
+//!     idem_codegen::build::compile("openapi.yaml").expect("openapi.yaml generates");
+//! }
+//! ```
+//!
+//! and in the crate:
+//!
+//! ```ignore
+//! idem_runtime::include_api!();
+//! ```
+//!
+//! The audit runs first: every finding is printed as a `cargo:warning=`
+//! line and an error-severity finding fails the build. Every file the spec
+//! loads gets a `cargo:rerun-if-changed`, and the output in `OUT_DIR` is
+//! rewritten only when its content changes.
+
+use std::path::{Path, PathBuf};
+
+use crate::build_script::{load_model, print_findings};
+use crate::generate::{self, Options};
+use crate::write::write_if_changed;
+
+/// Why a build-time generation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("{0}")]
+    Load(String),
+    #[error(
+        "{errors} idempotency audit error(s) in {spec}; run `idem audit {spec}` for details, or \
+         `.allow_findings(true)` to generate anyway"
+    )]
+    Findings { spec: String, errors: usize },
+    #[error("OUT_DIR is not set: call this from a build script, or set `.out_dir(…)`")]
+    NoOutDir,
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Generate(#[from] generate::GenerateError),
+}
+
+/// Generates the client for `spec` into `OUT_DIR/idem_api.rs`, with the
+/// defaults of [`Config::new`].
+pub fn compile(spec: impl AsRef<Path>) -> Result<(), BuildError> {
+    Config::new().compile(spec)
+}
+
+/// Options for generating from `build.rs`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    client: bool,
+    out_dir: Option<PathBuf>,
+    file_name: String,
+    allow_findings: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            client: true,
+            out_dir: None,
+            file_name: "idem_api".to_owned(),
+            allow_findings: false,
+        }
+    }
+}
+
+impl Config {
+    /// The client, into `OUT_DIR/idem_api.rs`, failing on audit errors.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether to generate the client (default `true`).
+    ///
+    /// ```
+    /// let mut config = idem_codegen::build::Config::new();
+    /// config.client(true);
+    /// ```
+    pub fn client(&mut self, on: bool) -> &mut Self {
+        self.client = on;
+        self
+    }
+
+    /// Where to write, instead of `OUT_DIR`.
+    ///
+    /// ```
+    /// let mut config = idem_codegen::build::Config::new();
+    /// config.out_dir("target/idem");
+    /// ```
+    pub fn out_dir(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
+        self.out_dir = Some(dir.into());
+        self
+    }
+
+    /// The file's name without `.rs` (default `idem_api`); include it with
+    /// `idem_runtime::include_api!("name")`.
+    ///
+    /// ```
+    /// let mut config = idem_codegen::build::Config::new();
+    /// config.file_name("payments");
+    /// ```
+    pub fn file_name(&mut self, name: impl Into<String>) -> &mut Self {
+        self.file_name = name.into();
+        self
+    }
+
+    /// Generate even when the audit reports errors (they are still printed).
+    ///
+    /// ```
+    /// let mut config = idem_codegen::build::Config::new();
+    /// config.allow_findings(true);
+    /// ```
+    pub fn allow_findings(&mut self, allow: bool) -> &mut Self {
+        self.allow_findings = allow;
+        self
+    }
+
+    /// Audits and generates `spec` (relative to the crate's manifest
+    /// directory, as build scripts run there).
+    pub fn compile(&self, spec: impl AsRef<Path>) -> Result<(), BuildError> {
+        let spec = spec.as_ref();
+        let model = load_model(spec).map_err(BuildError::Load)?;
+        let errors = print_findings(&model);
+        if errors > 0 && !self.allow_findings {
+            return Err(BuildError::Findings {
+                spec: spec.display().to_string(),
+                errors,
+            });
+        }
+        let generated = generate::generate(
+            &model,
+            &Options {
+                client: self.client,
+            },
+        )?;
+        let out_dir = match &self.out_dir {
+            Some(dir) => dir.clone(),
+            None => std::env::var_os("OUT_DIR")
+                .map(PathBuf::from)
+                .ok_or(BuildError::NoOutDir)?,
+        };
+        let path = out_dir.join(format!("{}.rs", self.file_name));
+        let module = generate::naming::snake(&self.file_name, "api");
+        write_if_changed(
+            &path,
+            &generate::included(&generated, module.trim_start_matches("r#")),
+        )
+        .map_err(|source| BuildError::Write {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(())
+    }
+}

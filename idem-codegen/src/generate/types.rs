@@ -1,0 +1,802 @@
+//! The type emitter: schemas → Rust type definitions → tokens.
+//!
+//! Two passes. First every schema an API uses becomes a [`TypeDef`] (named
+//! schemas keep their names; inline ones are named after where they sit,
+//! `ChargeShipping` for `Charge.shipping`), with field and variant types as
+//! [`Ty`]. Then the definitions are looked at as a graph: a field that
+//! reaches its own type without passing through a `Vec` or a map is boxed,
+//! and a type alias that refers to itself becomes a newtype (Rust has no
+//! recursive aliases). Only then are tokens written, so no emitted type can
+//! have infinite size.
+
+use std::collections::BTreeMap;
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+
+use super::naming::{self, Namer};
+use crate::model::Model;
+use crate::model::schema::{
+    IntegerFormat, Kind, NumberFormat, Object, Schema, SchemaRef, StringFormat,
+};
+use crate::source::Pos;
+
+/// A Rust type as the emitter composes it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Ty {
+    /// One of the [`TypeSpace`]'s definitions.
+    Def(usize),
+    String,
+    Bool,
+    I32,
+    I64,
+    U32,
+    U64,
+    F32,
+    F64,
+    /// `serde_json::Value`: free-form, or not typed precisely.
+    Value,
+    /// Raw bytes.
+    Bytes,
+    /// JSON `null`.
+    Unit,
+    Vec(Box<Ty>),
+    Map(Box<Ty>),
+    Option(Box<Ty>),
+    Boxed(Box<Ty>),
+}
+
+/// One emitted type.
+#[derive(Debug, Clone)]
+pub(crate) struct TypeDef {
+    pub(crate) name: String,
+    pub(crate) doc: String,
+    pub(crate) deprecated: bool,
+    pub(crate) body: Body,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Body {
+    /// Reserved while a named schema waits to be built.
+    Pending,
+    Struct {
+        fields: Vec<Field>,
+        /// `additionalProperties` beside the fixed properties.
+        extra: Option<Ty>,
+    },
+    Enum(Vec<(String, String)>),
+    IntegerEnum(Vec<i64>),
+    OneOf {
+        variants: Vec<Variant>,
+        /// The discriminator property, when tagged.
+        tag: Option<String>,
+    },
+    Alias(Ty),
+    Newtype(Ty),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Field {
+    pub(crate) ident: String,
+    pub(crate) wire: String,
+    pub(crate) ty: Ty,
+    /// Absent from the wire is allowed (`Option`, skipped when `None`).
+    pub(crate) optional: bool,
+    pub(crate) doc: String,
+    pub(crate) deprecated: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Variant {
+    pub(crate) ident: String,
+    pub(crate) ty: Ty,
+    /// Discriminator values selecting this variant.
+    pub(crate) tags: Vec<String>,
+}
+
+/// Every type of one generated API.
+pub(crate) struct TypeSpace<'m> {
+    model: &'m Model,
+    pub(crate) defs: Vec<TypeDef>,
+    pub(crate) namer: Namer,
+    named: Vec<Option<usize>>,
+    pending: Vec<(SchemaRef, usize)>,
+}
+
+/// Names the generated code itself defines next to the API's types.
+pub(crate) const RESERVED_TYPES: &[&str] = &["Client", "Error", "Result"];
+
+impl<'m> TypeSpace<'m> {
+    pub(crate) fn new(model: &'m Model) -> Self {
+        let mut space = TypeSpace {
+            model,
+            defs: Vec::new(),
+            namer: Namer::reserving(RESERVED_TYPES),
+            named: vec![None; model.schemas.named.len()],
+            pending: Vec::new(),
+        };
+        // Named schemas claim their names before any inline type does.
+        for index in 0..model.schemas.named.len() {
+            space.named_def(SchemaRef(index));
+        }
+        space
+    }
+
+    /// Builds every definition still pending.
+    pub(crate) fn finish(&mut self) {
+        while let Some((id, def)) = self.pending.pop() {
+            let Some(named) = self.model.schemas.get(id) else {
+                continue;
+            };
+            let name = self
+                .defs
+                .get(def)
+                .map(|d| d.name.clone())
+                .unwrap_or_default();
+            let built = self.define(&named.schema, &name);
+            if let Some(slot) = self.defs.get_mut(def) {
+                *slot = built;
+            }
+        }
+        self.settle();
+    }
+
+    fn named_def(&mut self, id: SchemaRef) -> usize {
+        if let Some(Some(def)) = self.named.get(id.0) {
+            return *def;
+        }
+        let raw = self
+            .model
+            .schemas
+            .get(id)
+            .map_or("Type", |n| n.name.as_str());
+        let name = self.namer.unique(&naming::camel(raw, "Type"));
+        let def = self.defs.len();
+        self.defs.push(TypeDef {
+            name,
+            doc: String::new(),
+            deprecated: false,
+            body: Body::Pending,
+        });
+        if let Some(slot) = self.named.get_mut(id.0) {
+            *slot = Some(def);
+        }
+        self.pending.push((id, def));
+        def
+    }
+
+    /// The Rust type of `schema`, naming any inline type after `context`.
+    pub(crate) fn ty(&mut self, schema: &Schema, context: &str) -> Ty {
+        let ty = self.bare(schema, context);
+        if schema.nullable && !matches!(ty, Ty::Option(_) | Ty::Unit | Ty::Value) {
+            Ty::Option(Box::new(ty))
+        } else {
+            ty
+        }
+    }
+
+    fn bare(&mut self, schema: &Schema, context: &str) -> Ty {
+        match &schema.kind {
+            Kind::Ref(id) => Ty::Def(self.named_def(*id)),
+            Kind::String(format) => match format {
+                StringFormat::Binary => Ty::Bytes,
+                _ => Ty::String,
+            },
+            Kind::Integer(format) => match format {
+                IntegerFormat::Int32 => Ty::I32,
+                IntegerFormat::Int64 => Ty::I64,
+                IntegerFormat::Uint32 => Ty::U32,
+                IntegerFormat::Uint64 => Ty::U64,
+            },
+            Kind::Number(NumberFormat::Float) => Ty::F32,
+            Kind::Number(NumberFormat::Double) => Ty::F64,
+            Kind::Boolean => Ty::Bool,
+            Kind::Array(items) => Ty::Vec(Box::new(self.ty(items, &format!("{context}Item")))),
+            Kind::Map(values) => Ty::Map(Box::new(self.ty(values, &format!("{context}Value")))),
+            Kind::Const(value) => match value {
+                serde_json::Value::String(_) => Ty::String,
+                serde_json::Value::Bool(_) => Ty::Bool,
+                serde_json::Value::Number(n) if n.is_i64() => Ty::I64,
+                serde_json::Value::Number(_) => Ty::F64,
+                _ => Ty::Value,
+            },
+            Kind::Any | Kind::AllOf(_) | Kind::Unsupported(_) => Ty::Value,
+            Kind::Null => Ty::Unit,
+            Kind::Object(_) | Kind::StringEnum(_) | Kind::IntegerEnum(_) | Kind::OneOf { .. } => {
+                let name = self.namer.unique(&naming::camel(context, "Type"));
+                let def = self.define(schema, &name);
+                self.defs.push(def);
+                Ty::Def(self.defs.len() - 1)
+            }
+        }
+    }
+
+    /// The definition of `schema` under `name`.
+    fn define(&mut self, schema: &Schema, name: &str) -> TypeDef {
+        let body = match &schema.kind {
+            Kind::Object(object) => self.object(object, name),
+            Kind::StringEnum(values) => {
+                let mut namer = Namer::default();
+                Body::Enum(
+                    values
+                        .iter()
+                        .map(|v| (namer.unique(&naming::camel(v, "Empty")), v.clone()))
+                        .collect(),
+                )
+            }
+            Kind::IntegerEnum(values) => Body::IntegerEnum(values.clone()),
+            Kind::OneOf {
+                variants,
+                discriminator,
+            } => {
+                let mut namer = Namer::default();
+                let mut out = Vec::with_capacity(variants.len());
+                for (index, variant) in variants.iter().enumerate() {
+                    let tags: Vec<String> = discriminator
+                        .iter()
+                        .flat_map(|d| d.mapping.iter())
+                        .filter(|(_, i)| *i == index)
+                        .map(|(value, _)| value.clone())
+                        .collect();
+                    let base = match tags.first() {
+                        Some(tag) => naming::camel(tag, "Variant"),
+                        None => self.variant_name(variant),
+                    };
+                    let ident = namer.unique(&base);
+                    let ty = self.ty(variant, &format!("{name}{ident}"));
+                    out.push(Variant { ident, ty, tags });
+                }
+                Body::OneOf {
+                    variants: out,
+                    tag: discriminator.as_ref().map(|d| d.property.clone()),
+                }
+            }
+            _ => {
+                let ty = self.ty(schema, &format!("{name}Inner"));
+                Body::Alias(ty)
+            }
+        };
+        TypeDef {
+            name: name.to_owned(),
+            doc: self.doc(schema),
+            deprecated: schema.deprecated,
+            body,
+        }
+    }
+
+    fn variant_name(&self, variant: &Schema) -> String {
+        let base = match &variant.kind {
+            Kind::Ref(id) => self.model.schemas.get(*id).map_or_else(
+                || "Variant".to_owned(),
+                |n| naming::camel(&n.name, "Variant"),
+            ),
+            Kind::String(_) | Kind::StringEnum(_) => "String".to_owned(),
+            Kind::Integer(_) | Kind::IntegerEnum(_) => "Integer".to_owned(),
+            Kind::Number(_) => "Number".to_owned(),
+            Kind::Boolean => "Boolean".to_owned(),
+            Kind::Array(_) => "Array".to_owned(),
+            Kind::Map(_) => "Map".to_owned(),
+            _ => variant
+                .title
+                .as_deref()
+                .map_or_else(|| "Object".to_owned(), |t| naming::camel(t, "Object")),
+        };
+        base
+    }
+
+    fn object(&mut self, object: &Object, name: &str) -> Body {
+        let mut namer = Namer::default();
+        let mut fields = Vec::with_capacity(object.properties.len());
+        for property in &object.properties {
+            let ident = namer.unique(&naming::snake(&property.name, "value"));
+            let context = format!("{name}{}", naming::camel(&property.name, "Value"));
+            let ty = self.ty(&property.schema, &context);
+            fields.push(Field {
+                ident,
+                wire: property.name.clone(),
+                optional: !property.required || matches!(ty, Ty::Option(_)),
+                ty: match ty {
+                    Ty::Option(inner) => *inner,
+                    other => other,
+                },
+                doc: self.doc(&property.schema),
+                deprecated: property.schema.deprecated,
+            });
+        }
+        let extra = object
+            .additional
+            .as_ref()
+            .map(|values| self.ty(values, &format!("{name}Extra")));
+        Body::Struct { fields, extra }
+    }
+
+    /// The doc text of a schema: title, description, and what the type
+    /// cannot say.
+    pub(crate) fn doc(&self, schema: &Schema) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(title) = &schema.title
+            && schema.description.as_deref() != Some(title.as_str())
+        {
+            parts.push(title.clone());
+        }
+        if let Some(description) = &schema.description {
+            parts.push(description.clone());
+        }
+        let note = match &schema.kind {
+            Kind::String(StringFormat::DateTime) => Some("An RFC 3339 date-time.".to_owned()),
+            Kind::String(StringFormat::Date) => Some("An RFC 3339 full date.".to_owned()),
+            Kind::String(StringFormat::Uuid) => Some("A UUID.".to_owned()),
+            Kind::String(StringFormat::Byte) => Some("Base64-encoded bytes.".to_owned()),
+            Kind::Const(value) => Some(format!("Always `{value}`.")),
+            Kind::Any => Some("Free-form JSON: the spec does not constrain it.".to_owned()),
+            Kind::AllOf(_) => Some(format!(
+                "Untyped: an `allOf` whose parts are not all objects ({}).",
+                self.location(schema.pos)
+            )),
+            Kind::Unsupported(reason) => Some(format!(
+                "Untyped: {reason} ({}).",
+                self.location(schema.pos)
+            )),
+            _ => None,
+        };
+        parts.extend(note);
+        if schema.read_only {
+            parts.push("Read-only: sent by the server, ignored in requests.".to_owned());
+        }
+        if schema.write_only {
+            parts.push("Write-only: sent in requests, never returned.".to_owned());
+        }
+        parts.join("\n\n")
+    }
+
+    /// `file:line:column` of a spec position.
+    pub(crate) fn location(&self, pos: Pos) -> String {
+        format!(
+            "{}:{}:{}",
+            self.model.document.sources.display(pos.file),
+            pos.line,
+            pos.column
+        )
+    }
+
+    /// Boxes fields on cycles and turns self-referring aliases into newtypes.
+    fn settle(&mut self) {
+        // Aliases first: an alias that reaches itself through any container.
+        let alias_edges: Vec<Vec<usize>> = self
+            .defs
+            .iter()
+            .map(|d| match &d.body {
+                Body::Alias(ty) => {
+                    let mut out = Vec::new();
+                    reached(ty, true, &mut out);
+                    out.retain(|t| {
+                        matches!(self.defs.get(*t).map(|d| &d.body), Some(Body::Alias(_)))
+                    });
+                    out
+                }
+                _ => Vec::new(),
+            })
+            .collect();
+        let alias_scc = components(&alias_edges);
+        for (index, def) in self.defs.iter_mut().enumerate() {
+            if let Body::Alias(ty) = &def.body
+                && on_cycle(index, &alias_scc, &alias_edges)
+            {
+                def.body = Body::Newtype(ty.clone());
+            }
+        }
+        // Then sizes: edges that do not pass through a heap container.
+        let edges: Vec<Vec<usize>> = self
+            .defs
+            .iter()
+            .map(|d| {
+                let mut out = Vec::new();
+                match &d.body {
+                    Body::Struct { fields, extra } => {
+                        for f in fields {
+                            reached(&f.ty, false, &mut out);
+                        }
+                        if let Some(extra) = extra {
+                            reached(extra, false, &mut out);
+                        }
+                    }
+                    Body::OneOf { variants, .. } => {
+                        for v in variants {
+                            reached(&v.ty, false, &mut out);
+                        }
+                    }
+                    Body::Newtype(ty) | Body::Alias(ty) => reached(ty, false, &mut out),
+                    _ => {}
+                }
+                out
+            })
+            .collect();
+        let scc = components(&edges);
+        for index in 0..self.defs.len() {
+            let own = scc.get(index).copied();
+            let cyclic = |ty: &Ty| {
+                let mut out = Vec::new();
+                reached(ty, false, &mut out);
+                out.iter().any(|t| scc.get(*t).copied() == own)
+            };
+            let Some(def) = self.defs.get(index) else {
+                continue;
+            };
+            let mut body = def.body.clone();
+            match &mut body {
+                Body::Struct { fields, .. } => {
+                    for f in fields.iter_mut().filter(|f| cyclic(&f.ty)) {
+                        f.ty = boxed(std::mem::replace(&mut f.ty, Ty::Unit));
+                    }
+                }
+                Body::OneOf { variants, .. } => {
+                    for v in variants.iter_mut().filter(|v| cyclic(&v.ty)) {
+                        v.ty = boxed(std::mem::replace(&mut v.ty, Ty::Unit));
+                    }
+                }
+                Body::Newtype(ty) if cyclic(ty) => {
+                    *ty = boxed(std::mem::replace(ty, Ty::Unit));
+                }
+                _ => {}
+            }
+            if let Some(def) = self.defs.get_mut(index) {
+                def.body = body;
+            }
+        }
+    }
+
+    /// The tokens of a type, as written in a field.
+    pub(crate) fn tokens(&self, ty: &Ty) -> TokenStream {
+        match ty {
+            Ty::Def(index) => {
+                let name = self.defs.get(*index).map_or("Type", |d| d.name.as_str());
+                let ident = ident(name);
+                quote!(#ident)
+            }
+            Ty::String => quote!(::std::string::String),
+            Ty::Bool => quote!(bool),
+            Ty::I32 => quote!(i32),
+            Ty::I64 => quote!(i64),
+            Ty::U32 => quote!(u32),
+            Ty::U64 => quote!(u64),
+            Ty::F32 => quote!(f32),
+            Ty::F64 => quote!(f64),
+            Ty::Value => quote!(::idem_runtime::serde_json::Value),
+            Ty::Bytes => quote!(::idem_runtime::bytes::Bytes),
+            Ty::Unit => quote!(()),
+            Ty::Vec(inner) => {
+                let inner = self.tokens(inner);
+                quote!(::std::vec::Vec<#inner>)
+            }
+            Ty::Map(inner) => {
+                let inner = self.tokens(inner);
+                quote!(::std::collections::BTreeMap<::std::string::String, #inner>)
+            }
+            Ty::Option(inner) => {
+                let inner = self.tokens(inner);
+                quote!(::std::option::Option<#inner>)
+            }
+            Ty::Boxed(inner) => {
+                let inner = self.tokens(inner);
+                quote!(::std::boxed::Box<#inner>)
+            }
+        }
+    }
+
+    /// Every definition, sorted by name.
+    pub(crate) fn render(&self) -> TokenStream {
+        let mut sorted: BTreeMap<&str, &TypeDef> = BTreeMap::new();
+        for def in &self.defs {
+            sorted.insert(&def.name, def);
+        }
+        sorted.values().map(|d| self.render_def(d)).collect()
+    }
+
+    fn render_def(&self, def: &TypeDef) -> TokenStream {
+        let name = ident(&def.name);
+        let doc = doc_attrs(&def.doc);
+        let deprecated = def.deprecated.then(|| quote!(#[deprecated]));
+        let serde = quote!(#[serde(crate = "::idem_runtime::serde")]);
+        let derive_serde = quote!(
+            ::idem_runtime::serde::Serialize,
+            ::idem_runtime::serde::Deserialize
+        );
+        match &def.body {
+            Body::Pending => TokenStream::new(),
+            Body::Struct { fields, extra } => {
+                let all_optional = fields.iter().all(|f| f.optional) && extra.is_none();
+                let default = all_optional.then(|| quote!(Default,));
+                let fields = fields.iter().map(|f| self.render_field(f));
+                let extra = extra.as_ref().map(|ty| {
+                    let ty = self.tokens(ty);
+                    quote! {
+                        #[doc = " Properties beyond the ones above (`additionalProperties`)."]
+                        #[serde(flatten)]
+                        pub extra: ::std::collections::BTreeMap<::std::string::String, #ty>,
+                    }
+                });
+                quote! {
+                    #doc
+                    #deprecated
+                    #[derive(Debug, Clone, PartialEq, #default #derive_serde)]
+                    #serde
+                    pub struct #name {
+                        #(#fields)*
+                        #extra
+                    }
+                }
+            }
+            Body::Enum(variants) => {
+                let variants = variants.iter().map(|(v, wire)| {
+                    let v = ident(v);
+                    quote!(#[serde(rename = #wire)] #v,)
+                });
+                quote! {
+                    #doc
+                    #deprecated
+                    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, #derive_serde)]
+                    #serde
+                    pub enum #name {
+                        #(#variants)*
+                    }
+                }
+            }
+            Body::IntegerEnum(values) => {
+                let consts = values.iter().map(|v| {
+                    let konst = if *v < 0 {
+                        format_ident!("MINUS_{}", v.unsigned_abs())
+                    } else {
+                        format_ident!("V{}", v.unsigned_abs())
+                    };
+                    let text = format!(" `{v}`");
+                    quote!(#[doc = #text] pub const #konst: Self = Self(#v);)
+                });
+                quote! {
+                    #doc
+                    #deprecated
+                    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, #derive_serde)]
+                    #serde
+                    #[serde(transparent)]
+                    pub struct #name(pub i64);
+                    impl #name {
+                        #(#consts)*
+                    }
+                }
+            }
+            Body::OneOf { variants, tag } => self.render_one_of(def, variants, tag.as_deref()),
+            Body::Alias(ty) => {
+                let ty = self.tokens(ty);
+                quote!(#doc #deprecated pub type #name = #ty;)
+            }
+            Body::Newtype(ty) => {
+                let ty = self.tokens(ty);
+                quote! {
+                    #doc
+                    #deprecated
+                    #[derive(Debug, Clone, PartialEq, #derive_serde)]
+                    #serde
+                    #[serde(transparent)]
+                    pub struct #name(pub #ty);
+                }
+            }
+        }
+    }
+
+    fn render_field(&self, field: &Field) -> TokenStream {
+        let ident = ident(&field.ident);
+        let doc = doc_attrs(&field.doc);
+        let deprecated = field.deprecated.then(|| quote!(#[deprecated]));
+        let wire = &field.wire;
+        let rename =
+            (field.ident.trim_start_matches("r#") != wire).then(|| quote!(rename = #wire,));
+        let ty = self.tokens(&field.ty);
+        if field.optional {
+            quote! {
+                #doc
+                #deprecated
+                #[serde(#rename default, skip_serializing_if = "::std::option::Option::is_none")]
+                pub #ident: ::std::option::Option<#ty>,
+            }
+        } else {
+            let attr = rename.map(|r| quote!(#[serde(#r)]));
+            quote! {
+                #doc
+                #deprecated
+                #attr
+                pub #ident: #ty,
+            }
+        }
+    }
+
+    fn render_one_of(&self, def: &TypeDef, variants: &[Variant], tag: Option<&str>) -> TokenStream {
+        let name = ident(&def.name);
+        let doc = doc_attrs(&def.doc);
+        let deprecated = def.deprecated.then(|| quote!(#[deprecated]));
+        let cases = variants.iter().map(|v| {
+            let vi = ident(&v.ident);
+            let ty = self.tokens(&v.ty);
+            quote!(#vi(#ty),)
+        });
+        let Some(tag) = tag else {
+            return quote! {
+                #doc
+                #deprecated
+                #[derive(Debug, Clone, PartialEq, ::idem_runtime::serde::Serialize, ::idem_runtime::serde::Deserialize)]
+                #[serde(crate = "::idem_runtime::serde", untagged)]
+                pub enum #name {
+                    #(#cases)*
+                }
+            };
+        };
+        // Tagged: serialized as the variant itself (which carries its tag),
+        // deserialized by reading the tag first, so overlapping variants
+        // are never confused. Unknown tags try each variant in order.
+        let arms = variants.iter().filter(|v| !v.tags.is_empty()).map(|v| {
+            let vi = ident(&v.ident);
+            let tags = &v.tags;
+            quote!(::std::option::Option::Some(#(#tags)|*) => ::idem_runtime::codec::from_value(value).map(Self::#vi),)
+        });
+        let fallbacks = variants.iter().map(|v| {
+            let vi = ident(&v.ident);
+            quote! {
+                if let ::std::result::Result::Ok(v) = ::idem_runtime::codec::from_value::<_, D::Error>(value.clone()) {
+                    return ::std::result::Result::Ok(Self::#vi(v));
+                }
+            }
+        });
+        let expected = format!("a `{tag}` naming a known variant");
+        let tag_doc = format!(" Tagged by its `{tag}` property.");
+        let gap = (!def.doc.trim().is_empty()).then(|| quote!(#[doc = ""]));
+        quote! {
+            #doc
+            #gap
+            #[doc = #tag_doc]
+            #deprecated
+            #[derive(Debug, Clone, PartialEq, ::idem_runtime::serde::Serialize)]
+            #[serde(crate = "::idem_runtime::serde", untagged)]
+            pub enum #name {
+                #(#cases)*
+            }
+            impl<'de> ::idem_runtime::serde::Deserialize<'de> for #name {
+                fn deserialize<D: ::idem_runtime::serde::Deserializer<'de>>(deserializer: D) -> ::std::result::Result<Self, D::Error> {
+                    let (tag, value) = ::idem_runtime::codec::tagged::<D>(deserializer, #tag)?;
+                    match tag.as_deref() {
+                        #(#arms)*
+                        _ => {
+                            #(#fallbacks)*
+                            ::std::result::Result::Err(::idem_runtime::codec::unexpected::<D::Error>(#expected))
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn boxed(ty: Ty) -> Ty {
+    match ty {
+        Ty::Option(inner) => Ty::Option(Box::new(Ty::Boxed(inner))),
+        other => Ty::Boxed(Box::new(other)),
+    }
+}
+
+/// Definitions `ty` reaches: through `Option` and `Box` always, through
+/// `Vec` and maps only when `through_heap`.
+fn reached(ty: &Ty, through_heap: bool, out: &mut Vec<usize>) {
+    match ty {
+        Ty::Def(index) => out.push(*index),
+        Ty::Option(inner) => reached(inner, through_heap, out),
+        Ty::Boxed(inner) | Ty::Vec(inner) | Ty::Map(inner) if through_heap => {
+            reached(inner, through_heap, out);
+        }
+        _ => {}
+    }
+}
+
+fn on_cycle(index: usize, scc: &[usize], edges: &[Vec<usize>]) -> bool {
+    let own = scc.get(index);
+    let shared = scc.iter().filter(|c| Some(*c) == own).count() > 1;
+    shared || edges.get(index).is_some_and(|e| e.contains(&index))
+}
+
+/// Strongly connected components (Tarjan's algorithm, iterative): the
+/// component id of every node.
+fn components(edges: &[Vec<usize>]) -> Vec<usize> {
+    let n = edges.len();
+    let mut index = vec![usize::MAX; n];
+    let mut low = vec![0usize; n];
+    let mut on_stack = vec![false; n];
+    let mut stack = Vec::new();
+    let mut component = vec![usize::MAX; n];
+    let mut next_index = 0;
+    let mut next_component = 0;
+    for start in 0..n {
+        if index[start] != usize::MAX {
+            continue;
+        }
+        let mut work: Vec<(usize, usize)> = vec![(start, 0)];
+        while let Some((node, child)) = work.pop() {
+            if child == 0 {
+                index[node] = next_index;
+                low[node] = next_index;
+                next_index += 1;
+                stack.push(node);
+                on_stack[node] = true;
+            }
+            let targets = edges.get(node).map_or(&[][..], Vec::as_slice);
+            if let Some(&target) = targets.get(child) {
+                work.push((node, child + 1));
+                if target >= n {
+                    continue;
+                }
+                if index[target] == usize::MAX {
+                    work.push((target, 0));
+                } else if on_stack[target] {
+                    low[node] = low[node].min(index[target]);
+                }
+                continue;
+            }
+            if low[node] == index[node] {
+                while let Some(member) = stack.pop() {
+                    on_stack[member] = false;
+                    component[member] = next_component;
+                    if member == node {
+                        break;
+                    }
+                }
+                next_component += 1;
+            }
+            if let Some(&(parent, _)) = work.last() {
+                low[parent] = low[parent].min(low[node]);
+            }
+        }
+    }
+    component
+}
+
+/// An identifier token from a name the naming module produced.
+pub(crate) fn ident(name: &str) -> proc_macro2::Ident {
+    match name.strip_prefix("r#") {
+        Some(raw) => proc_macro2::Ident::new_raw(raw, proc_macro2::Span::call_site()),
+        None => proc_macro2::Ident::new(name, proc_macro2::Span::call_site()),
+    }
+}
+
+/// `#[doc]` attributes for spec text. The text travels as string literals,
+/// so nothing in it can end a comment or a string; code fences are marked
+/// `text` and indentation is capped so rustdoc never compiles spec
+/// examples as doctests.
+pub(crate) fn doc_attrs(text: &str) -> TokenStream {
+    if text.trim().is_empty() {
+        return TokenStream::new();
+    }
+    let mut lines = Vec::new();
+    let mut in_fence = false;
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let line = if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            let fence = if trimmed.starts_with("```") {
+                "```"
+            } else {
+                "~~~"
+            };
+            in_fence = !in_fence;
+            if in_fence {
+                format!("{fence}text")
+            } else {
+                fence.to_owned()
+            }
+        } else if in_fence {
+            line.to_owned()
+        } else {
+            // Four spaces of indentation would start a Rust code block.
+            let indent = (line.len() - trimmed.len()).min(3);
+            format!("{}{}", " ".repeat(indent), trimmed.trim_end())
+        };
+        lines.push(format!(" {line}"));
+    }
+    if in_fence {
+        lines.push(" ```".to_owned());
+    }
+    quote!(#(#[doc = #lines])*)
+}

@@ -1,0 +1,1016 @@
+//! What a generated client's methods hand their requests to.
+//!
+//! A generated method only describes its request: the path with its
+//! parameters, the query, headers and body, and the operation's retry class
+//! and policy. Everything else lives here, once: encoding parameters by
+//! their OpenAPI `style`, bodies by media type (JSON, form with nested
+//! `deepObject` fields, multipart, raw bytes, text), credentials, the
+//! idempotency key (minted once per logical call, in a header or a body
+//! field), the retries, reading the body inside the deadline, and typing the
+//! answer. Keeping per-operation code this small is what keeps a
+//! 700-operation client building quickly.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{
+    Backoff, BudgetConfig, IdempotencyKey, Operation, RetryBudget, RetryClient, RetryError,
+    RetryPolicy,
+};
+
+/// An operation as the generated code declares it, in a `const`.
+#[derive(Debug, Clone, Copy)]
+pub struct OperationSpec {
+    /// Name and retry class (with the `unsafe-retry` warning, if any).
+    pub operation: Operation,
+    /// Where the idempotency key goes, for a `keyed` operation.
+    pub key: KeyLocation,
+    /// The security schemes that may authenticate it (any one), by name.
+    pub security: &'static [&'static str],
+    /// Per-operation `x-retry` settings over the client's.
+    pub retry: PolicyOverride,
+}
+
+/// Where a keyed operation carries its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyLocation {
+    /// Not keyed.
+    None,
+    /// In this header.
+    Header(&'static str),
+    /// In this top-level field of the JSON or form body.
+    Body(&'static str),
+}
+
+/// Per-operation `x-retry` settings; `None` keeps the client's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PolicyOverride {
+    pub max_attempts: Option<u32>,
+    pub deadline: Option<Duration>,
+    /// Measured p99 latency: the attempt timeout becomes a multiple of it.
+    pub p99: Option<Duration>,
+    /// Full-jitter base and cap, when the operation sets its own.
+    pub backoff: Option<(Duration, Duration, bool)>,
+}
+
+impl PolicyOverride {
+    /// No override.
+    pub const NONE: PolicyOverride = PolicyOverride {
+        max_attempts: None,
+        deadline: None,
+        p99: None,
+        backoff: None,
+    };
+
+    fn is_none(&self) -> bool {
+        *self == Self::NONE
+    }
+
+    fn apply(&self, base: &RetryPolicy) -> RetryPolicy {
+        let mut policy = base.clone();
+        if let Some(n) = self.max_attempts {
+            policy = policy.max_attempts(n);
+        }
+        if let Some(d) = self.deadline {
+            policy = policy.deadline(d);
+        }
+        if let Some(p) = self.p99 {
+            policy = policy.p99(p);
+        }
+        if let Some((base, cap, decorrelated)) = self.backoff {
+            policy = policy.backoff(if decorrelated {
+                Backoff::decorrelated_jitter(base, cap)
+            } else {
+                Backoff::full_jitter(base, cap)
+            });
+        }
+        policy
+    }
+}
+
+/// The document-level `x-retry` defaults a generated client starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Defaults {
+    pub max_attempts: u32,
+    pub base: Duration,
+    pub cap: Duration,
+    pub decorrelated: bool,
+    pub deadline: Duration,
+    pub budget: BudgetConfig,
+}
+
+impl Defaults {
+    /// The retry client these defaults describe, over `http`.
+    pub fn retry_client(&self, http: reqwest::Client) -> RetryClient {
+        let backoff = if self.decorrelated {
+            Backoff::decorrelated_jitter(self.base, self.cap)
+        } else {
+            Backoff::full_jitter(self.base, self.cap)
+        };
+        RetryClient::builder(http)
+            .policy(
+                RetryPolicy::default()
+                    .max_attempts(self.max_attempts)
+                    .backoff(backoff)
+                    .deadline(self.deadline),
+            )
+            .budget(RetryBudget::new(self.budget))
+            .build()
+    }
+}
+
+/// A credential for one security scheme.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// `Authorization: Bearer {token}`.
+    Bearer(String),
+    /// `Authorization: Basic base64(user:password)`.
+    Basic { user: String, password: String },
+    /// An API key in the named header.
+    Header { name: &'static str, value: String },
+    /// An API key in the named query parameter.
+    Query { name: &'static str, value: String },
+    /// An API key in the named cookie.
+    Cookie { name: &'static str, value: String },
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Secrets never reach logs.
+        let kind = match self {
+            Credential::Bearer(_) => "Bearer",
+            Credential::Basic { .. } => "Basic",
+            Credential::Header { .. } => "Header",
+            Credential::Query { .. } => "Query",
+            Credential::Cookie { .. } => "Cookie",
+        };
+        write!(f, "Credential::{kind}(…)")
+    }
+}
+
+/// The shared state of a generated client: base URL, retries, credentials.
+/// Cheap to clone; clones share the retry budget.
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    base: Arc<str>,
+    retry: RetryClient,
+    credentials: Arc<BTreeMap<&'static str, Credential>>,
+}
+
+/// The base URL could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid base URL {url:?}: {reason}")]
+pub struct InvalidBaseUrl {
+    pub url: String,
+    pub reason: String,
+}
+
+impl ApiClient {
+    /// A client for the API at `base` (`https://api.example.com/v1`).
+    pub fn new(base: &str, retry: RetryClient) -> Result<Self, InvalidBaseUrl> {
+        let parsed = reqwest::Url::parse(base).map_err(|e| InvalidBaseUrl {
+            url: base.to_owned(),
+            reason: e.to_string(),
+        })?;
+        if parsed.cannot_be_a_base() {
+            return Err(InvalidBaseUrl {
+                url: base.to_owned(),
+                reason: "it cannot be a base for paths".into(),
+            });
+        }
+        Ok(ApiClient {
+            base: Arc::from(base.trim_end_matches('/')),
+            retry,
+            credentials: Arc::default(),
+        })
+    }
+
+    /// Sets the credential for the security scheme `scheme`.
+    pub fn set_credential(&mut self, scheme: &'static str, credential: Credential) {
+        Arc::make_mut(&mut self.credentials).insert(scheme, credential);
+    }
+
+    /// The retry client every call goes through.
+    pub fn retry_client(&self) -> &RetryClient {
+        &self.retry
+    }
+
+    /// The base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Starts a call of `spec`.
+    pub fn call<T, E>(
+        &self,
+        spec: &'static OperationSpec,
+        request: Request,
+        decode: Decoder<T, E>,
+    ) -> Call<'_, T, E> {
+        Call {
+            client: self,
+            spec,
+            request,
+            key: None,
+            decode,
+        }
+    }
+}
+
+/// How a parameter is serialized (OpenAPI `style`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    Form,
+    SpaceDelimited,
+    PipeDelimited,
+    DeepObject,
+}
+
+/// One request being described.
+#[derive(Debug)]
+pub struct Request {
+    method: Method,
+    path: String,
+    query: Vec<(String, String)>,
+    headers: HeaderMap,
+    cookies: Vec<String>,
+    body: Option<Body>,
+    problem: Option<String>,
+}
+
+#[derive(Debug)]
+enum Body {
+    Json(Value),
+    Form {
+        value: Value,
+        deep: &'static [&'static str],
+    },
+    Raw {
+        content_type: String,
+        bytes: Bytes,
+    },
+    Multipart(Multipart),
+}
+
+impl Request {
+    /// `method` on `path`, whose parameters are already encoded (see [`segment`]).
+    pub fn new(method: Method, path: String) -> Self {
+        Request {
+            method,
+            path,
+            query: Vec::new(),
+            headers: HeaderMap::new(),
+            cookies: Vec::new(),
+            body: None,
+            problem: None,
+        }
+    }
+
+    fn fail(&mut self, what: impl fmt::Display) {
+        if self.problem.is_none() {
+            self.problem = Some(what.to_string());
+        }
+    }
+
+    /// Adds query parameter `name` encoded by `style` and `explode`; `None`
+    /// (or JSON `null`) adds nothing.
+    pub fn query<T: Serialize + ?Sized>(
+        &mut self,
+        name: &str,
+        value: &T,
+        style: Style,
+        explode: bool,
+    ) {
+        match serde_json::to_value(value) {
+            Ok(Value::Null) => {}
+            Ok(value) => encode_param(name, &value, style, explode, &mut self.query),
+            Err(e) => self.fail(format_args!("query parameter {name}: {e}")),
+        }
+    }
+
+    /// Sets header `name` (simple style); `None` sets nothing.
+    pub fn header<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) {
+        let text = match serde_json::to_value(value) {
+            Ok(Value::Null) => return,
+            Ok(value) => simple(&value),
+            Err(e) => return self.fail(format_args!("header {name}: {e}")),
+        };
+        match (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&text),
+        ) {
+            (Ok(name), Ok(value)) => {
+                self.headers.insert(name, value);
+            }
+            _ => self.fail(format_args!(
+                "header {name}: {text:?} is not a valid header value"
+            )),
+        }
+    }
+
+    /// Adds cookie `name` (form style); `None` adds nothing.
+    pub fn cookie<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) {
+        match serde_json::to_value(value) {
+            Ok(Value::Null) => {}
+            Ok(value) => self.cookies.push(format!("{name}={}", simple(&value))),
+            Err(e) => self.fail(format_args!("cookie {name}: {e}")),
+        }
+    }
+
+    /// A JSON body.
+    pub fn json<T: Serialize + ?Sized>(&mut self, body: &T) {
+        match serde_json::to_value(body) {
+            Ok(value) => self.body = Some(Body::Json(value)),
+            Err(e) => self.fail(format_args!("request body: {e}")),
+        }
+    }
+
+    /// An `application/x-www-form-urlencoded` body. Nested objects and
+    /// arrays are written with brackets (`metadata[plan]=pro`,
+    /// `items[0][price]=p_1`); top-level arrays named in `deep` are indexed
+    /// too, the others repeat their name.
+    pub fn form<T: Serialize + ?Sized>(&mut self, body: &T, deep: &'static [&'static str]) {
+        match serde_json::to_value(body) {
+            Ok(value) => self.body = Some(Body::Form { value, deep }),
+            Err(e) => self.fail(format_args!("request body: {e}")),
+        }
+    }
+
+    /// A raw body of `content_type` (octet-stream, text, …).
+    pub fn raw(&mut self, content_type: &str, bytes: impl Into<Bytes>) {
+        self.body = Some(Body::Raw {
+            content_type: content_type.to_owned(),
+            bytes: bytes.into(),
+        });
+    }
+
+    /// A `multipart/form-data` body.
+    pub fn multipart(&mut self, parts: Multipart) {
+        self.body = Some(Body::Multipart(parts));
+    }
+}
+
+/// The parts of a `multipart/form-data` body; rebuilt for every attempt.
+#[derive(Debug, Default, Clone)]
+pub struct Multipart {
+    parts: Vec<(String, Part)>,
+}
+
+#[derive(Debug, Clone)]
+enum Part {
+    Text(String),
+    Bytes {
+        bytes: Bytes,
+        file_name: Option<String>,
+    },
+}
+
+impl Multipart {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A field serialized as text (strings as they are, the rest as JSON).
+    pub fn field<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) -> &mut Self {
+        match serde_json::to_value(value) {
+            Ok(Value::Null) => {}
+            Ok(Value::String(s)) => self.parts.push((name.to_owned(), Part::Text(s))),
+            Ok(other) => self
+                .parts
+                .push((name.to_owned(), Part::Text(other.to_string()))),
+            Err(_) => {}
+        }
+        self
+    }
+
+    /// A file or binary field.
+    pub fn bytes(&mut self, name: &str, bytes: &Bytes, file_name: Option<&str>) -> &mut Self {
+        self.parts.push((
+            name.to_owned(),
+            Part::Bytes {
+                bytes: bytes.clone(),
+                file_name: file_name
+                    .map(str::to_owned)
+                    .or_else(|| Some(name.to_owned())),
+            },
+        ));
+        self
+    }
+
+    fn form(&self) -> reqwest::multipart::Form {
+        let mut form = reqwest::multipart::Form::new();
+        for (name, part) in &self.parts {
+            form = match part {
+                Part::Text(text) => form.text(name.clone(), text.clone()),
+                Part::Bytes { bytes, file_name } => {
+                    let mut part =
+                        reqwest::multipart::Part::stream(reqwest::Body::from(bytes.clone()));
+                    if let Some(file_name) = file_name {
+                        part = part.file_name(file_name.clone());
+                    }
+                    form.part(name.clone(), part)
+                }
+            };
+        }
+        form
+    }
+}
+
+/// Percent-encodes a path parameter as one segment (simple style).
+pub fn segment<T: Serialize + ?Sized>(value: &T) -> String {
+    let text = serde_json::to_value(value)
+        .map(|v| simple(&v))
+        .unwrap_or_default();
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A scalar as text; arrays and objects comma-joined (simple style).
+fn simple(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items.iter().map(simple).collect::<Vec<_>>().join(","),
+        Value::Object(map) => map
+            .iter()
+            .flat_map(|(k, v)| [k.clone(), simple(v)])
+            .collect::<Vec<_>>()
+            .join(","),
+        other => other.to_string(),
+    }
+}
+
+fn encode_param(
+    name: &str,
+    value: &Value,
+    style: Style,
+    explode: bool,
+    out: &mut Vec<(String, String)>,
+) {
+    match (style, value) {
+        (Style::DeepObject, _) => deep(name.to_owned(), value, out),
+        (_, Value::Array(items)) if explode => {
+            out.extend(items.iter().map(|v| (name.to_owned(), simple(v))));
+        }
+        (Style::SpaceDelimited, Value::Array(items)) => {
+            out.push((
+                name.to_owned(),
+                items.iter().map(simple).collect::<Vec<_>>().join(" "),
+            ));
+        }
+        (Style::PipeDelimited, Value::Array(items)) => {
+            out.push((
+                name.to_owned(),
+                items.iter().map(simple).collect::<Vec<_>>().join("|"),
+            ));
+        }
+        (_, Value::Object(map)) if explode => {
+            for (k, v) in map {
+                if !v.is_null() {
+                    out.push((k.clone(), simple(v)));
+                }
+            }
+        }
+        _ => out.push((name.to_owned(), simple(value))),
+    }
+}
+
+/// `name[a][b]=v`, arrays indexed: the nested form encoding Stripe reads.
+fn deep(name: String, value: &Value, out: &mut Vec<(String, String)>) {
+    // An explicit stack: nesting is as deep as the caller's data.
+    let mut todo = vec![(name, value)];
+    while let Some((name, value)) = todo.pop() {
+        match value {
+            Value::Null => {}
+            Value::Object(map) => {
+                for (k, v) in map.iter().rev() {
+                    todo.push((format!("{name}[{k}]"), v));
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate().rev() {
+                    todo.push((format!("{name}[{i}]"), v));
+                }
+            }
+            scalar => out.push((name, simple(scalar))),
+        }
+    }
+}
+
+fn form_pairs(value: &Value, deep_fields: &[&str]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Value::Object(map) = value {
+        for (k, v) in map {
+            match v {
+                Value::Object(_) => deep(k.clone(), v, &mut out),
+                Value::Array(items)
+                    if deep_fields.contains(&k.as_str())
+                        || items.iter().any(|i| i.is_object() || i.is_array()) =>
+                {
+                    deep(k.clone(), v, &mut out);
+                }
+                _ => encode_param(k, v, Style::Form, true, &mut out),
+            }
+        }
+    }
+    out
+}
+
+/// A response, body read in full.
+#[derive(Debug, Clone)]
+pub struct Raw {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Raw {
+    /// The status code.
+    pub fn status(&self) -> u16 {
+        self.status.as_u16()
+    }
+
+    /// The media type, without parameters, lowercase.
+    pub fn media_type(&self) -> String {
+        self.headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(|v| v.trim().to_ascii_lowercase())
+            .unwrap_or_default()
+    }
+
+    /// The body as JSON of type `T`; an empty body reads as `null`.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, Undecodable> {
+        let body: &[u8] = if self.body.iter().all(u8::is_ascii_whitespace) {
+            b"null"
+        } else {
+            &self.body
+        };
+        serde_json::from_slice(body).map_err(|e| self.undecodable(e.to_string()))
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> Result<String, Undecodable> {
+        String::from_utf8(self.body.to_vec()).map_err(|e| self.undecodable(e.to_string()))
+    }
+
+    /// The body's bytes.
+    pub fn bytes(&self) -> Result<Bytes, Undecodable> {
+        Ok(self.body.clone())
+    }
+
+    fn undecodable(&self, message: String) -> Undecodable {
+        Undecodable {
+            status: self.status,
+            message,
+            body: self.body.clone(),
+        }
+    }
+
+    /// A documented response header, parsed; `None` when absent or unreadable.
+    pub fn header<T: FromStr>(&self, name: &str) -> Option<T> {
+        self.headers.get(name)?.to_str().ok()?.parse().ok()
+    }
+
+    /// A documented error, with its typed body.
+    pub fn error<T, E>(&self, body: E) -> Result<T, ApiError<E>> {
+        Err(ApiError::Status {
+            status: self.status,
+            headers: self.headers.clone(),
+            body,
+        })
+    }
+
+    /// A status this operation does not document.
+    pub fn unexpected<T, E>(&self) -> Result<T, ApiError<E>> {
+        Err(ApiError::UnexpectedStatus {
+            status: self.status,
+            headers: self.headers.clone(),
+            body: self.body.clone(),
+        })
+    }
+}
+
+/// A body that does not match its documented schema.
+#[derive(Debug, Clone)]
+pub struct Undecodable {
+    pub status: StatusCode,
+    pub message: String,
+    pub body: Bytes,
+}
+
+impl<E> From<Undecodable> for ApiError<E> {
+    fn from(e: Undecodable) -> Self {
+        ApiError::Decode {
+            status: e.status,
+            message: e.message,
+            body: e.body,
+        }
+    }
+}
+
+/// Types a response: the generated match on status and media type.
+pub type Decoder<T, E> = fn(&Raw) -> Result<T, ApiError<E>>;
+
+/// Why a typed call failed.
+#[derive(Debug)]
+pub enum ApiError<E> {
+    /// A documented error status, with its typed body.
+    Status {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: E,
+    },
+    /// A status the spec does not document for this operation.
+    UnexpectedStatus {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+    },
+    /// The body does not match what the spec documents for its status.
+    Decode {
+        status: StatusCode,
+        message: String,
+        body: Bytes,
+    },
+    /// The call did not get an answer retrying could not change: transport
+    /// failure, retries or budget spent, deadline, or an unknown outcome of
+    /// an unsafe operation ([`RetryError::is_outcome_unknown`]). It carries the
+    /// idempotency key to try again with later.
+    Retry(RetryError),
+    /// The request could not be encoded (a parameter or body that cannot be
+    /// serialized, an invalid header value); nothing was sent.
+    Encode(String),
+}
+
+impl<E> ApiError<E> {
+    /// The HTTP status, when the server answered.
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            ApiError::Status { status, .. }
+            | ApiError::UnexpectedStatus { status, .. }
+            | ApiError::Decode { status, .. } => Some(*status),
+            ApiError::Retry(_) | ApiError::Encode(_) => None,
+        }
+    }
+
+    /// The idempotency key the call used, to reconcile or retry later.
+    pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
+        match self {
+            ApiError::Retry(e) => e.key(),
+            _ => None,
+        }
+    }
+
+    /// The documented error body, if that is what this is.
+    pub fn body(&self) -> Option<&E> {
+        match self {
+            ApiError::Status { body, .. } => Some(body),
+            _ => None,
+        }
+    }
+}
+
+impl<E: fmt::Debug> fmt::Display for ApiError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApiError::Status { status, body, .. } => {
+                write!(f, "the server answered {status}: {body:?}")
+            }
+            ApiError::UnexpectedStatus { status, body, .. } => write!(
+                f,
+                "the server answered {status}, which the API does not document here ({} bytes)",
+                body.len()
+            ),
+            ApiError::Decode {
+                status, message, ..
+            } => {
+                write!(
+                    f,
+                    "the {status} response does not match the API's schema: {message}"
+                )
+            }
+            ApiError::Retry(e) => write!(f, "{e}"),
+            ApiError::Encode(e) => write!(f, "the request could not be encoded: {e}"),
+        }
+    }
+}
+
+impl<E: fmt::Debug> std::error::Error for ApiError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ApiError::Retry(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// One logical call, ready to send.
+#[must_use = "a call does nothing until `.send()` is awaited"]
+pub struct Call<'a, T, E> {
+    client: &'a ApiClient,
+    spec: &'static OperationSpec,
+    request: Request,
+    key: Option<IdempotencyKey>,
+    decode: Decoder<T, E>,
+}
+
+impl<T, E> fmt::Debug for Call<'_, T, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Call")
+            .field("operation", &self.spec.operation.name)
+            .field("method", &self.request.method)
+            .field("path", &self.request.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T, E> Call<'_, T, E> {
+    /// Uses `key` instead of a minted one: derive it from an identifier you
+    /// already hold (`IdempotencyKey::derived(["order", id, "charge"])`) so a
+    /// retry of the same logical operation, even from another process,
+    /// carries the same key.
+    pub fn idempotency_key(mut self, key: IdempotencyKey) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// Adds a header the spec does not describe (tracing, a beta flag).
+    pub fn header(mut self, name: &'static str, value: &str) -> Self {
+        self.request.header(name, value);
+        self
+    }
+
+    /// Sends the call: one logical call, retried as its class and policy
+    /// allow, the key minted once (unless given) and sent on every attempt,
+    /// the body read inside the deadline.
+    pub async fn send(self) -> Result<T, ApiError<E>> {
+        let Call {
+            client,
+            spec,
+            mut request,
+            key,
+            decode,
+        } = self;
+        if let Some(problem) = request.problem.take() {
+            return Err(ApiError::Encode(problem));
+        }
+        for (scheme, credential) in client.credentials.iter() {
+            if spec.security.contains(scheme) {
+                apply(&mut request, credential);
+                break;
+            }
+        }
+        let keyed = spec.operation.class == super::RetryClass::Keyed;
+        let key = match (keyed, key) {
+            (_, Some(key)) => Some(key),
+            (true, None) => Some(IdempotencyKey::new_v4()),
+            (false, None) => None,
+        };
+        let mut header_key = None;
+        match (spec.key, &key) {
+            (KeyLocation::Body(field), Some(key)) => {
+                if let Some(
+                    Body::Json(Value::Object(map))
+                    | Body::Form {
+                        value: Value::Object(map),
+                        ..
+                    },
+                ) = request.body.as_mut()
+                {
+                    let present = map.get(field).is_some_and(|v| !v.is_null());
+                    if !present {
+                        map.insert(field.to_owned(), Value::String(key.as_str().to_owned()));
+                    }
+                }
+            }
+            (KeyLocation::Header(_), Some(key)) => header_key = Some(key.clone()),
+            _ => {}
+        }
+        let (content_type, bytes) = match &request.body {
+            Some(Body::Json(value)) => (
+                Some("application/json".to_owned()),
+                Some(Bytes::from(
+                    serde_json::to_vec(value).map_err(|e| ApiError::Encode(e.to_string()))?,
+                )),
+            ),
+            Some(Body::Form { value, deep }) => {
+                let pairs = form_pairs(value, deep);
+                (
+                    Some("application/x-www-form-urlencoded".to_owned()),
+                    Some(Bytes::from(form_urlencoded_pairs(&pairs))),
+                )
+            }
+            Some(Body::Raw {
+                content_type,
+                bytes,
+            }) => (Some(content_type.clone()), Some(bytes.clone())),
+            Some(Body::Multipart(_)) | None => (None, None),
+        };
+        let mut url = match reqwest::Url::parse(&format!("{}{}", client.base, request.path)) {
+            Ok(url) => url,
+            Err(e) => return Err(ApiError::Encode(format!("URL: {e}"))),
+        };
+        if !request.query.is_empty() {
+            url.query_pairs_mut()
+                .extend_pairs(request.query.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        }
+        if !request.cookies.is_empty()
+            && let Ok(value) = HeaderValue::from_str(&request.cookies.join("; "))
+        {
+            request.headers.insert(http::header::COOKIE, value);
+        }
+        let retry = if spec.retry.is_none() {
+            client.retry.clone()
+        } else {
+            client
+                .retry
+                .with_policy(spec.retry.apply(client.retry.policy()))
+        };
+        let key_header = match spec.key {
+            KeyLocation::Header(name) => HeaderName::from_bytes(name.as_bytes()).ok(),
+            _ => None,
+        };
+        let multipart = match &request.body {
+            Some(Body::Multipart(parts)) => Some(parts.clone()),
+            _ => None,
+        };
+        let method = request.method.clone();
+        let headers = request.headers;
+        let host = url
+            .host_str()
+            .map(|h| format!("{h}:{}", url.port_or_known_default().unwrap_or(0)));
+        let http = retry.http().clone();
+        let engine_key_header = retry.policy().key_header.clone();
+        let result = retry
+            .execute_with(&spec.operation, key.clone(), host.as_deref(), |attempt| {
+                let mut builder = http
+                    .request(method.clone(), url.clone())
+                    .headers(headers.clone());
+                for (name, value) in attempt.headers() {
+                    // The key goes where the operation declares it (its own
+                    // header name, or the body), not under the default name.
+                    if *name == engine_key_header {
+                        continue;
+                    }
+                    builder = builder.header(name, value);
+                }
+                if let (Some(name), Some(key)) = (&key_header, &header_key) {
+                    builder = builder.header(name.clone(), key.header_value());
+                }
+                if let Some(ct) = &content_type {
+                    builder = builder.header(http::header::CONTENT_TYPE, ct.as_str());
+                }
+                if let Some(bytes) = &bytes {
+                    builder = builder.body(bytes.clone());
+                }
+                if let Some(parts) = &multipart {
+                    builder = builder.multipart(parts.form());
+                }
+                builder.send()
+            })
+            .await;
+        let response = result.map_err(ApiError::Retry)?;
+        let status = response.status();
+        let response_headers = response.headers().clone();
+        // The retry engine has already read the body inside the deadline.
+        let body = response.bytes().await.unwrap_or_default();
+        decode(&Raw {
+            status,
+            headers: response_headers,
+            body,
+        })
+    }
+}
+
+fn apply(request: &mut Request, credential: &Credential) {
+    match credential {
+        Credential::Bearer(token) => {
+            if let Ok(value) = HeaderValue::from_str(&format!("Bearer {token}")) {
+                request.headers.insert(http::header::AUTHORIZATION, value);
+            }
+        }
+        Credential::Basic { user, password } => {
+            let encoded = base64(format!("{user}:{password}").as_bytes());
+            if let Ok(value) = HeaderValue::from_str(&format!("Basic {encoded}")) {
+                request.headers.insert(http::header::AUTHORIZATION, value);
+            }
+        }
+        Credential::Header { name, value } => request.header(name, value.as_str()),
+        Credential::Query { name, value } => {
+            request.query.push(((*name).to_owned(), value.clone()))
+        }
+        Credential::Cookie { name, value } => request.cookies.push(format!("{name}={value}")),
+    }
+}
+
+fn base64(input: &[u8]) -> String {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk.first().copied().unwrap_or(0),
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(char::from(TABLE[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn form_urlencoded_pairs(pairs: &[(String, String)]) -> Vec<u8> {
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .finish()
+        .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deep_objects_are_bracketed_and_arrays_indexed() {
+        let body = serde_json::json!({
+            "amount": 2000,
+            "metadata": {"order": "739", "tier": {"level": 2}},
+            "expand": ["customer", "invoice"],
+            "items": [{"price": "p_1", "quantity": 2}],
+            "tags": ["a", "b"],
+            "note": null
+        });
+        let pairs = form_pairs(&body, &["expand"]);
+        let text: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(
+            text,
+            [
+                "amount=2000",
+                "expand[0]=customer",
+                "expand[1]=invoice",
+                "items[0][price]=p_1",
+                "items[0][quantity]=2",
+                "metadata[order]=739",
+                "metadata[tier][level]=2",
+                "tags=a",
+                "tags=b",
+            ]
+        );
+    }
+
+    #[test]
+    fn query_styles() {
+        let mut out = Vec::new();
+        let list = serde_json::json!(["a", "b"]);
+        encode_param("q", &list, Style::Form, true, &mut out);
+        encode_param("c", &list, Style::Form, false, &mut out);
+        encode_param("s", &list, Style::SpaceDelimited, false, &mut out);
+        encode_param("p", &list, Style::PipeDelimited, false, &mut out);
+        encode_param(
+            "f",
+            &serde_json::json!({"x": 1}),
+            Style::DeepObject,
+            true,
+            &mut out,
+        );
+        let text: Vec<String> = out.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(text, ["q=a", "q=b", "c=a,b", "s=a b", "p=a|b", "f[x]=1"]);
+    }
+
+    #[test]
+    fn path_segments_are_escaped() {
+        assert_eq!(segment("a/b c"), "a%2Fb%20c");
+        assert_eq!(segment(&42), "42");
+        assert_eq!(segment("ch_1"), "ch_1");
+    }
+
+    #[test]
+    fn basic_credentials_encode() {
+        assert_eq!(base64(b"user:pass"), "dXNlcjpwYXNz");
+        assert_eq!(base64(b"a"), "YQ==");
+        assert_eq!(base64(b"ab"), "YWI=");
+    }
+}

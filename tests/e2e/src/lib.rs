@@ -1,0 +1,23 @@
+//! Clients generated from the fixtures by `build.rs`, compiled with every
+//! warning denied.
+#![deny(warnings)]
+
+/// `fixtures/shop.yaml`: every body encoding, typed errors, headers, auth.
+pub mod shop {
+    idem_runtime::include_api!("shop");
+}
+
+/// `fixtures/payments-clean.yaml`.
+pub mod payments {
+    idem_runtime::include_api!("payments");
+}
+
+/// `fixtures/cratebase.yaml`.
+pub mod cratebase {
+    idem_runtime::include_api!("cratebase");
+}
+
+/// `fixtures/hostile-names.yaml`: keywords, digits, unicode, collisions.
+pub mod hostile {
+    idem_runtime::include_api!("hostile");
+}
