@@ -175,7 +175,10 @@ fn spaced(code: &str) -> String {
     for line in code.lines() {
         let trimmed = line.trim_start();
         let indent = line.len() - trimmed.len();
-        let ends_item = previous.trim() == "}" || previous.trim_end().ends_with(';');
+        let prev = previous.trim();
+        let ends_item = !prev.starts_with("//")
+            && !prev.starts_with("#[")
+            && (prev == "}" || prev.ends_with(';'));
         let prev_indent = previous.len() - previous.trim_start().len();
         let starts_item = trimmed.starts_with("///")
             || trimmed.starts_with("#[")
