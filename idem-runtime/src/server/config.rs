@@ -112,7 +112,7 @@ pub struct Policy {
 }
 
 /// The default path prefix of the status resource: `/idempotency-keys/{key}`.
-pub const DEFAULT_STATUS_PREFIX: &str = "/idempotency-keys";
+pub const DEFAULT_STATUS_PREFIX: &str = crate::protocol::DEFAULT_STATUS_PREFIX;
 
 impl Default for Policy {
     fn default() -> Self {
