@@ -1,3 +1,7 @@
+#![allow(
+    clippy::expect_used,
+    reason = "a benchmark: an unreadable input or a failed run should stop it"
+)]
 //! Whole-process benchmark of `idem audit` against a parse-only floor.
 //!
 //! ```text

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use crate::audit::{self, RULES, Rule, Severity};
 use crate::baseline::Baseline;
 use crate::load::Document;
+use crate::model::Model;
 use crate::render::{self, Format};
 
 /// Exit code: nothing at or above the threshold.
@@ -41,6 +42,22 @@ pub enum Command {
         /// Code or slug.
         rule: String,
     },
+    /// Write the integrator docs page of SPEC (idempotency.md and
+    /// idempotency.html) into DIR. Audit findings are printed and do not
+    /// stop it: the page lists the endpoints that are unsafe to retry.
+    Docs(DocsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DocsArgs {
+    /// The OpenAPI document (YAML or JSON, 3.0 / 3.1 / 3.2).
+    pub spec: PathBuf,
+    /// Directory to write the pages into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Colour of the findings on stderr: auto, always or never.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
 }
 
 #[derive(Debug, clap::Args)]
@@ -95,6 +112,7 @@ where
     };
     let result = match cli.command {
         Command::Audit(args) => run_audit(&args, stdout, stderr),
+        Command::Docs(args) => run_docs(&args, stdout, stderr),
         Command::Rules => {
             let mut text = String::new();
             for r in RULES {
@@ -153,6 +171,63 @@ fn use_color(choice: ColorChoice, stream_is_terminal: bool) -> bool {
     }
 }
 
+/// Load and model `spec`; on failure, print the `file:line:column` error
+/// and return `None` (exit code 2).
+fn load_model(
+    spec: &std::path::Path,
+    stderr: &mut dyn Write,
+    color: bool,
+) -> std::io::Result<Option<Model>> {
+    let built = Document::load(spec)
+        .and_then(|document| crate::model::build(document, &audit::rule_names()));
+    match built {
+        Ok(model) => Ok(Some(model)),
+        Err(failure) => {
+            stderr.write_all(
+                render::load_error(&failure.sources, &failure.error, color).as_bytes(),
+            )?;
+            Ok(None)
+        }
+    }
+}
+
+/// `idem docs`: findings go to stderr as `idem audit` renders them; the
+/// pages are written whatever they say.
+fn run_docs(
+    args: &DocsArgs,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> std::io::Result<i32> {
+    let color = use_color(args.color, std::io::stderr().is_terminal());
+    let Some(model) = load_model(&args.spec, stderr, color)? else {
+        return Ok(EXIT_ERROR);
+    };
+    let report = audit::audit(&model);
+    if !report.diagnostics.is_empty() {
+        stderr.write_all(render::report(&model, &report, Format::Human, color).as_bytes())?;
+    }
+    let pages = match crate::docs::render(&model) {
+        Ok(pages) => pages,
+        Err(e) => {
+            writeln!(stderr, "error: {e}")?;
+            return Ok(EXIT_ERROR);
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(&args.out) {
+        writeln!(stderr, "error: cannot create {}: {e}", args.out.display())?;
+        return Ok(EXIT_ERROR);
+    }
+    for (name, contents) in pages.files() {
+        let path = args.out.join(name);
+        if let Err(e) = std::fs::write(&path, contents) {
+            writeln!(stderr, "error: cannot write {}: {e}", path.display())?;
+            return Ok(EXIT_ERROR);
+        }
+        writeln!(stdout, "wrote {}", path.display())?;
+    }
+    Ok(EXIT_CLEAN)
+}
+
 fn run_audit(
     args: &AuditArgs,
     stdout: &mut dyn Write,
@@ -160,24 +235,8 @@ fn run_audit(
 ) -> std::io::Result<i32> {
     let color = use_color(args.color, std::io::stdout().is_terminal());
     let err_color = use_color(args.color, std::io::stderr().is_terminal());
-    let document = match Document::load(&args.spec) {
-        Ok(d) => d,
-        Err(failure) => {
-            stderr.write_all(
-                render::load_error(&failure.sources, &failure.error, err_color).as_bytes(),
-            )?;
-            return Ok(EXIT_ERROR);
-        }
-    };
-    let names = audit::rule_names();
-    let model = match crate::model::build(document, &names) {
-        Ok(m) => m,
-        Err(failure) => {
-            stderr.write_all(
-                render::load_error(&failure.sources, &failure.error, err_color).as_bytes(),
-            )?;
-            return Ok(EXIT_ERROR);
-        }
+    let Some(model) = load_model(&args.spec, stderr, err_color)? else {
+        return Ok(EXIT_ERROR);
     };
     let mut report = audit::audit(&model);
     if let Some(path) = &args.write_baseline {

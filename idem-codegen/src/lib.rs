@@ -4,12 +4,14 @@
 //! node keeps its position) → [`model`] (one [`model::Operation`] per path and
 //! method, with its retry class, key policy, retry policy and phases) →
 //! [`audit`] (rules over the model) → [`render`] (human, JSON, SARIF, GitHub).
-//! Generators read the model, never the raw document.
+//! Generators read the model, never the raw document: [`docs`] renders the
+//! integrator docs page.
 
 pub mod audit;
 pub mod baseline;
 pub mod build_script;
 pub mod cli;
+pub mod docs;
 pub mod load;
 pub mod model;
 pub mod render;

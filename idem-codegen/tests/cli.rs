@@ -1,3 +1,8 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed setup step should abort the test"
+)]
 //! The `idem` command line, driven in-process through `cli::run` (the same
 //! code the binary runs) and once as a real process.
 
