@@ -115,6 +115,21 @@ mod filters {
         Ok(Safe(super::text::code_span(&value.to_string(), true)))
     }
 
+    /// An HTML-escaped path with a line-break opportunity after each `/`,
+    /// so a long path wraps between its segments rather than inside one.
+    #[askama::filter_fn]
+    pub fn html_path(value: impl ToString, _: &dyn Values) -> askama::Result<Safe<String>> {
+        use askama::filters::Escaper;
+        let mut out = String::new();
+        for (i, segment) in value.to_string().split('/').enumerate() {
+            if i > 0 {
+                out.push_str("/<wbr>");
+            }
+            askama::filters::Html.write_escaped_str(&mut out, segment)?;
+        }
+        Ok(Safe(out))
+    }
+
     /// A Python (and JavaScript) string literal; still escaped for the page
     /// by the output's escaper, or inside a Markdown code block left as is.
     #[askama::filter_fn]

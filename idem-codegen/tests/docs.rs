@@ -103,11 +103,11 @@ fn page_states_the_contract_with_concrete_values() {
     // Keyed endpoints: method, path, operation, required, header.
     has(
         md,
-        "| POST | /v1/transfers | `createTransfer` | required | header `Idempotency-Key` | none |",
+        "| POST | `/v1/transfers` | `createTransfer` | required | header `Idempotency-Key` | none |",
     );
     has(
         html,
-        r#"<tr id="op-createtransfer"><td><span class="method">POST</span></td><td><code>/v1/transfers</code></td><td><code>createTransfer</code></td><td><span class="tag required">required</span></td><td>header <code>Idempotency-Key</code></td>"#,
+        r#"<tr id="op-createtransfer"><td><span class="method">POST</span></td><td><code>/<wbr>v1/<wbr>transfers</code></td><td><code>createTransfer</code></td><td><span class="tag required">required</span></td><td>header <code>Idempotency-Key</code></td>"#,
     );
     // Header and maximum key length.
     has(md, "Send the key in the `Idempotency-Key` request header");
@@ -172,7 +172,7 @@ fn page_states_the_contract_with_concrete_values() {
     // Unsafe endpoints with their warnings.
     has(
         md,
-        "| POST | /v1/transfers/\\{id\\}/notes | `addTransferNote` | Each call adds a note; list the notes before retrying a call that timed out. |",
+        "| POST | `/v1/transfers/{id}/notes` | `addTransferNote` | Each call adds a note; list the notes before retrying a call that timed out. |",
     );
     // Retry rules.
     has(
@@ -215,7 +215,7 @@ fn page_states_the_contract_with_concrete_values() {
     // Per-attempt timeouts from p99.
     has(
         md,
-        "| POST | /v1/transfers | `createTransfer` | 800 ms | 2.4 s |",
+        "| POST | `/v1/transfers` | `createTransfer` | 800 ms | 2.4 s |",
     );
     has(md, "ATTEMPT_TIMEOUT = 2.4");
     // Logging, libraries, the example.
@@ -250,10 +250,14 @@ fn undecided_and_undocumented_cases_are_said_plainly() {
         "**Undecided.** This API does not say whether a stored failure replays",
     );
     // The unsafe endpoints of the method-semantics audit, without warnings.
+    has(
+        &prose,
+        "Where the table says *no warning documented*, the endpoint is not idempotent, takes no key",
+    );
     for row in [
-        "| PUT | /v2/orders/\\{id\\}/notes | `addOrderNote`: Append a note to the order's activity log | **Nothing.**",
-        "| DELETE | /v2/credits/\\{id\\} | `redeemCredit` | **Nothing.**",
-        "| POST | /v2/refunds | `createRefund` | **Nothing.**",
+        "| PUT | `/v2/orders/{id}/notes` | `addOrderNote`: Append a note to the order's activity log | *no warning documented* |",
+        "| DELETE | `/v2/credits/{id}` | `redeemCredit` | *no warning documented* |",
+        "| POST | `/v2/refunds` | `createRefund` | *no warning documented* |",
     ] {
         has(md, row);
     }
