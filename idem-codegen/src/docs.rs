@@ -30,7 +30,7 @@ mod schedule;
 pub mod text;
 mod view;
 
-pub use view::DocsView;
+use view::DocsView;
 
 /// The Markdown page's file name.
 pub const MARKDOWN_FILE: &str = "idempotency.md";
