@@ -15,22 +15,13 @@
 //! process's peak resident memory. A file that is absent is skipped, saying
 //! so.
 
+mod bench_support;
+
+use bench_support::peak_rss_kib;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use idem_codegen::{audit, docs, load::Document, model};
-
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();

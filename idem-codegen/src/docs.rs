@@ -71,19 +71,15 @@ pub enum DocsError {
 /// Renders the docs page of `model` in both formats. No I/O.
 pub fn render(model: &Model) -> Result<DocsPages, DocsError> {
     let view = DocsView::new(model);
-    let markdown = MarkdownPage { page: &view }
-        .render()
-        .map_err(|source| DocsError::Template {
-            page: MARKDOWN_FILE,
-            source,
-        })?;
-    let html = HtmlPage { page: &view }
-        .render()
-        .map_err(|source| DocsError::Template {
-            page: HTML_FILE,
-            source,
-        })?;
+    let markdown = page(&MarkdownPage { page: &view }, MARKDOWN_FILE)?;
+    let html = page(&HtmlPage { page: &view }, HTML_FILE)?;
     Ok(DocsPages { markdown, html })
+}
+
+fn page(template: &impl Template, name: &'static str) -> Result<String, DocsError> {
+    template
+        .render()
+        .map_err(|source| DocsError::Template { page: name, source })
 }
 
 #[derive(Template)]

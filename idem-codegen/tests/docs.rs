@@ -5,15 +5,14 @@
 )]
 //! The integrator docs page: snapshots of both pages for every fixture, the
 //! content the page must state (with the concrete values taken from the
-//! model and from `idem_runtime::protocol`), hostile spec text, and
-//! `idem docs` on the command line.
+//! model and from `idem_runtime::protocol`) and hostile spec text. `idem
+//! docs` on the command line is tested with the other commands, in `cli.rs`.
 //!
 //! `cargo insta review` (or `INSTA_UPDATE=always`) accepts changed snapshots.
 
 mod docs_support;
 
 use docs_support::{assert_inert_and_linked, fixture_path, html_escaped, model_of, pages};
-use idem_codegen::cli::{EXIT_CLEAN, EXIT_ERROR, run};
 use idem_codegen::docs;
 use idem_runtime::protocol;
 
@@ -416,108 +415,5 @@ fn the_python_example_is_valid_python() {
         out.status.success(),
         "{}\n{code}",
         String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-struct Output {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn idem(args: &[&str]) -> Output {
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    let argv = std::iter::once("idem").chain(args.iter().copied());
-    let code = run(argv, &mut out, &mut err);
-    Output {
-        code,
-        stdout: String::from_utf8(out).unwrap(),
-        stderr: String::from_utf8(err).unwrap(),
-    }
-}
-
-#[test]
-fn idem_docs_writes_both_pages_despite_audit_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let out_dir = dir.path().join("site/docs");
-    let spec = "../fixtures/cratebase.yaml";
-    let o = idem(&[
-        "docs",
-        spec,
-        "--out",
-        out_dir.to_str().unwrap(),
-        "--color",
-        "never",
-    ]);
-    assert_eq!(o.code, EXIT_CLEAN, "{}", o.stderr);
-    // The findings, as `idem audit` renders them, on stderr.
-    assert!(o.stderr.contains("error[IDEM001]"), "{}", o.stderr);
-    assert!(o.stderr.contains("--> ../fixtures/cratebase.yaml:32:5"));
-    assert!(o.stderr.contains("summary: 5 operations"));
-    let expected = pages("cratebase.yaml");
-    for (name, contents) in expected.files() {
-        let path = out_dir.join(name);
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), contents, "{name}");
-        assert!(o.stdout.contains(&format!("wrote {}", path.display())));
-    }
-    // A clean spec prints no findings.
-    let o = idem(&[
-        "docs",
-        "../fixtures/payments-clean.yaml",
-        "--out",
-        out_dir.to_str().unwrap(),
-    ]);
-    assert_eq!(o.code, EXIT_CLEAN);
-    assert_eq!(o.stderr, "");
-}
-
-#[test]
-fn idem_docs_exits_2_on_unreadable_specs() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let out = out.to_str().unwrap();
-    let missing = idem(&["docs", "no/such/spec.yaml", "--out", out]);
-    assert_eq!(missing.code, EXIT_ERROR);
-    assert!(
-        missing.stderr.contains("cannot read `no/such/spec.yaml`"),
-        "{}",
-        missing.stderr
-    );
-    let bad = dir.path().join("bad.yaml");
-    std::fs::write(&bad, "openapi: 3.1.0\ninfo: { title: x\npaths: {}\n").unwrap();
-    let broken = idem(&[
-        "docs",
-        bad.to_str().unwrap(),
-        "--out",
-        out,
-        "--color",
-        "never",
-    ]);
-    assert_eq!(broken.code, EXIT_ERROR);
-    assert!(
-        broken.stderr.contains(&format!("--> {}:", bad.display())),
-        "{}",
-        broken.stderr
-    );
-    assert!(!dir.path().join("out").exists(), "nothing written");
-    assert_eq!(
-        idem(&["docs", "../fixtures/cratebase.yaml"]).code,
-        EXIT_ERROR
-    );
-    // An output path that is a file cannot be written to.
-    let file = dir.path().join("file");
-    std::fs::write(&file, "").unwrap();
-    let blocked = idem(&[
-        "docs",
-        "../fixtures/payments-clean.yaml",
-        "--out",
-        file.to_str().unwrap(),
-    ]);
-    assert_eq!(blocked.code, EXIT_ERROR);
-    assert!(
-        blocked.stderr.contains("error: cannot"),
-        "{}",
-        blocked.stderr
     );
 }
