@@ -9,7 +9,7 @@
 //! ```no_run
 //! use idem_codegen::{audit, docs, load::Document, model};
 //!
-//! let document = Document::load("openapi.yaml").map_err(|f| f.error)?;
+//! let document = Document::load("openapi.yaml".as_ref()).map_err(|f| f.error)?;
 //! let model = model::build(document, &audit::rule_names()).map_err(|f| f.error)?;
 //! let pages = docs::render(&model)?;
 //! for (name, contents) in pages.files() {

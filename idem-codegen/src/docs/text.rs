@@ -104,6 +104,10 @@ pub fn markdown(text: &str) -> String {
 /// span is literal, so it is left alone).
 pub fn code_span(text: &str, in_table: bool) -> String {
     let text = clean(text);
+    if text.is_empty() {
+        // A span of one space: nothing to show, but the syntax stays valid.
+        return "` `".to_owned();
+    }
     let mut longest = 0usize;
     let mut run = 0usize;
     for c in text.chars() {
@@ -111,7 +115,7 @@ pub fn code_span(text: &str, in_table: bool) -> String {
         longest = longest.max(run);
     }
     let fence = "`".repeat(longest + 1);
-    let pad = if text.starts_with(['`', ' ']) || text.ends_with(['`', ' ']) || text.is_empty() {
+    let pad = if text.starts_with(['`', ' ']) || text.ends_with(['`', ' ']) {
         " "
     } else {
         ""
