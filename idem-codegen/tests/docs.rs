@@ -99,7 +99,9 @@ fn page_states_the_contract_with_concrete_values() {
     let md = &p.markdown;
     let html = &p.html;
     let prose = flat(md);
-    // Keyed endpoints: method, path, operation, required, header.
+    // Keyed endpoints: method, path, operation, required, header; the class.
+    has(&prose, "Their retry class is `keyed`");
+    has(&prose, "Their retry class is `safe`.");
     has(
         md,
         "| POST | `/v1/transfers` | `createTransfer` | required | header `Idempotency-Key` | none |",
@@ -171,7 +173,7 @@ fn page_states_the_contract_with_concrete_values() {
     // Unsafe endpoints with their warnings.
     has(
         md,
-        "| POST | `/v1/transfers/{id}/notes` | `addTransferNote` | Each call adds a note; list the notes before retrying a call that timed out. |",
+        "| POST | `/v1/transfers/{id}/notes` | `addTransferNote` | `unsafe-documented` | Each call adds a note; list the notes before retrying a call that timed out. |",
     );
     // Retry rules.
     has(
@@ -254,9 +256,9 @@ fn undecided_and_undocumented_cases_are_said_plainly() {
         "Where the table says *no warning documented*, the endpoint is not idempotent, takes no key",
     );
     for row in [
-        "| PUT | `/v2/orders/{id}/notes` | `addOrderNote`: Append a note to the order's activity log | *no warning documented* |",
-        "| DELETE | `/v2/credits/{id}` | `redeemCredit` | *no warning documented* |",
-        "| POST | `/v2/refunds` | `createRefund` | *no warning documented* |",
+        "| PUT | `/v2/orders/{id}/notes` | `addOrderNote`: Append a note to the order's activity log | `unsafe` | *no warning documented* |",
+        "| DELETE | `/v2/credits/{id}` | `redeemCredit` | `unsafe` | *no warning documented* |",
+        "| POST | `/v2/refunds` | `createRefund` | `unsafe` | *no warning documented* |",
     ] {
         has(md, row);
     }

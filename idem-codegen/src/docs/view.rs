@@ -16,11 +16,9 @@ use crate::vocab::{Backoff, FailureReplay, InFlight, KeyRequirement, Scope, form
 /// The key used in the page's examples.
 const EXAMPLE_KEY: &str = "order-739-confirm";
 
-/// A setting's duration, three ways.
+/// A setting's duration, two ways.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Span {
-    /// As the vocabulary writes it: `24h`.
-    pub short: String,
     /// In words: `24 hours`.
     pub words: String,
     /// In seconds, with separators: `86,400`.
@@ -30,7 +28,6 @@ pub struct Span {
 impl Span {
     fn of(d: Duration) -> Self {
         Span {
-            short: format_duration(d),
             words: text::duration_words(d),
             seconds: text::thousands(u128::from(d.as_secs())),
         }
@@ -172,16 +169,16 @@ pub struct DocsView {
     pub body_field: Option<String>,
     pub example_key: &'static str,
     pub scope_account: bool,
+    /// Neither: `scope: global`, stated as a warning.
     pub scope_credential: bool,
-    pub scope_global: bool,
     pub replay_window: Span,
     /// Some keyed endpoint has a replay window of its own.
     pub replay_window_overridden: bool,
     pub reaper_after: Span,
     pub retry_horizon: Option<Span>,
+    /// Neither: the spec leaves `failure-replay` undecided.
     pub failure_verbatim: bool,
     pub failure_reattempt: bool,
-    pub failure_undecided: bool,
     /// In-flight modes used by the keyed operations (the API-wide one
     /// when none is keyed).
     pub in_flight_conflict: bool,
@@ -256,7 +253,6 @@ impl DocsView {
             example_key: EXAMPLE_KEY,
             scope_account: root.scope == Scope::Account,
             scope_credential: root.scope == Scope::Credential,
-            scope_global: root.scope == Scope::Global,
             replay_window: Span::of(root.replay_window),
             replay_window_overridden: keyed_ops
                 .iter()
@@ -265,7 +261,6 @@ impl DocsView {
             retry_horizon: root.retry_horizon.map(Span::of),
             failure_verbatim: failure == Some(FailureReplay::Verbatim),
             failure_reattempt: failure == Some(FailureReplay::Reattempt),
-            failure_undecided: failure.is_none(),
             in_flight_conflict: mode_used(|m| m == InFlight::Conflict),
             in_flight_wait: mode_used(|m| m == InFlight::Wait),
             in_flight_accepted: mode_used(|m| m == InFlight::Accepted),
