@@ -1,3 +1,7 @@
+#![allow(
+    clippy::expect_used,
+    reason = "a benchmark: an unreadable input or a failed run should stop it"
+)]
 //! Whole-process benchmark of `idem audit` against a parse-only floor.
 //!
 //! ```text
@@ -15,21 +19,12 @@
 //!
 //! Defaults: 11 runs over the Stripe and GitHub documents of `../shared/specs`.
 
+mod bench_support;
+
+use bench_support::peak_rss_kib;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 fn child(mode: &str, file: &Path) -> i32 {
     let code = match mode {

@@ -57,6 +57,7 @@ pub fn compile(spec: impl AsRef<Path>) -> Result<(), BuildError> {
 #[derive(Debug, Clone)]
 pub struct Config {
     client: bool,
+    docs_dir: Option<PathBuf>,
     out_dir: Option<PathBuf>,
     file_name: String,
     allow_findings: bool,
@@ -66,6 +67,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             client: true,
+            docs_dir: None,
             out_dir: None,
             file_name: "idem_api".to_owned(),
             allow_findings: false,
@@ -87,6 +89,18 @@ impl Config {
     /// ```
     pub fn client(&mut self, on: bool) -> &mut Self {
         self.client = on;
+        self
+    }
+
+    /// Also writes the integrator docs page (`idempotency.md`,
+    /// `idempotency.html`) into `dir`, for publishing.
+    ///
+    /// ```
+    /// let mut config = idem_codegen::build::Config::new();
+    /// config.docs_dir("target/doc/idempotency");
+    /// ```
+    pub fn docs_dir(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
+        self.docs_dir = Some(dir.into());
         self
     }
 
@@ -135,6 +149,16 @@ impl Config {
                 spec: spec.display().to_string(),
                 errors,
             });
+        }
+        if let Some(dir) = &self.docs_dir {
+            let pages = crate::docs::render(&model).map_err(|e| BuildError::Load(e.to_string()))?;
+            for (name, text) in pages.files() {
+                let path = dir.join(name);
+                write_if_changed(&path, text).map_err(|source| BuildError::Write {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            }
         }
         let generated = generate::generate(
             &model,

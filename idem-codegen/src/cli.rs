@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use crate::audit::{self, RULES, Rule, Severity};
 use crate::baseline::Baseline;
 use crate::load::Document;
+use crate::model::Model;
 use crate::render::{self, Format};
 
 /// Exit code: nothing at or above the threshold.
@@ -34,7 +35,7 @@ pub struct Cli {
 pub enum Command {
     /// Audit every operation of SPEC; exit 1 on findings at or above the threshold.
     Audit(AuditArgs),
-    /// Generate a crate from SPEC: the typed client (`--client`).
+    /// Generate from SPEC: the typed client crate (`--client`) and the docs page (`--docs`).
     Generate(GenerateArgs),
     /// List the rules.
     Rules,
@@ -43,6 +44,22 @@ pub enum Command {
         /// Code or slug.
         rule: String,
     },
+    /// Write the integrator docs page of SPEC (idempotency.md and
+    /// idempotency.html) into DIR. Audit findings are printed and do not
+    /// stop it: the page lists the endpoints that are unsafe to retry.
+    Docs(DocsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DocsArgs {
+    /// The OpenAPI document (YAML or JSON, 3.0 / 3.1 / 3.2).
+    pub spec: PathBuf,
+    /// Directory to write the pages into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Colour of the findings on stderr: auto, always or never.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
 }
 
 #[derive(Debug, clap::Args)]
@@ -72,13 +89,14 @@ pub struct GenerateArgs {
     /// Where to write the crate (`Cargo.toml`, `src/lib.rs`).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-    /// Generate the typed client SDK.
+    /// Generate the typed client SDK (with none of --client/--server/--docs:
+    /// everything available).
     #[arg(long)]
     pub client: bool,
     /// Generate the server scaffolding (not available in this version).
     #[arg(long)]
     pub server: bool,
-    /// Write the integrator docs page (not available in this version).
+    /// Write the integrator docs page to DIR/docs/.
     #[arg(long)]
     pub docs: bool,
     /// The crate's package name (default: from the spec's title).
@@ -127,6 +145,7 @@ where
     let result = match cli.command {
         Command::Audit(args) => run_audit(&args, stdout, stderr),
         Command::Generate(args) => run_generate(&args, stdout, stderr),
+        Command::Docs(args) => run_docs(&args, stdout, stderr),
         Command::Rules => {
             let mut text = String::new();
             for r in RULES {
@@ -185,6 +204,63 @@ fn use_color(choice: ColorChoice, stream_is_terminal: bool) -> bool {
     }
 }
 
+/// Load and model `spec`; on failure, print the `file:line:column` error
+/// and return `None` (exit code 2).
+fn load_model(
+    spec: &std::path::Path,
+    stderr: &mut dyn Write,
+    color: bool,
+) -> std::io::Result<Option<Model>> {
+    let built = Document::load(spec)
+        .and_then(|document| crate::model::build(document, &audit::rule_names()));
+    match built {
+        Ok(model) => Ok(Some(model)),
+        Err(failure) => {
+            stderr.write_all(
+                render::load_error(&failure.sources, &failure.error, color).as_bytes(),
+            )?;
+            Ok(None)
+        }
+    }
+}
+
+/// `idem docs`: findings go to stderr as `idem audit` renders them; the
+/// pages are written whatever they say.
+fn run_docs(
+    args: &DocsArgs,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> std::io::Result<i32> {
+    let color = use_color(args.color, std::io::stderr().is_terminal());
+    let Some(model) = load_model(&args.spec, stderr, color)? else {
+        return Ok(EXIT_ERROR);
+    };
+    let report = audit::audit(&model);
+    if !report.diagnostics.is_empty() {
+        stderr.write_all(render::report(&model, &report, Format::Human, color).as_bytes())?;
+    }
+    let pages = match crate::docs::render(&model) {
+        Ok(pages) => pages,
+        Err(e) => {
+            writeln!(stderr, "error: {e}")?;
+            return Ok(EXIT_ERROR);
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(&args.out) {
+        writeln!(stderr, "error: cannot create {}: {e}", args.out.display())?;
+        return Ok(EXIT_ERROR);
+    }
+    for (name, contents) in pages.files() {
+        let path = args.out.join(name);
+        if let Err(e) = std::fs::write(&path, contents) {
+            writeln!(stderr, "error: cannot write {}: {e}", path.display())?;
+            return Ok(EXIT_ERROR);
+        }
+        writeln!(stdout, "wrote {}", path.display())?;
+    }
+    Ok(EXIT_CLEAN)
+}
+
 fn run_audit(
     args: &AuditArgs,
     stdout: &mut dyn Write,
@@ -234,15 +310,16 @@ fn run_generate(
     stderr: &mut dyn Write,
 ) -> std::io::Result<i32> {
     let err_color = use_color(args.color, std::io::stderr().is_terminal());
-    for (asked, what) in [(args.server, "--server"), (args.docs, "--docs")] {
-        if asked {
-            writeln!(
-                stderr,
-                "error: {what} is not available in this version of idem; `--client` generates the typed client"
-            )?;
-            return Ok(EXIT_ERROR);
-        }
+    if args.server {
+        writeln!(
+            stderr,
+            "error: --server is not available in this version of idem; `--client` generates the typed client, `--docs` the docs page"
+        )?;
+        return Ok(EXIT_ERROR);
     }
+    // None of the three: everything this version generates.
+    let everything = !args.client && !args.docs;
+    let (client, docs) = (args.client || everything, args.docs || everything);
     let started = std::time::Instant::now();
     let model = match load_model(&args.spec, stderr, err_color)? {
         Some(model) => model,
@@ -264,13 +341,32 @@ fn run_generate(
             return Ok(EXIT_FINDINGS);
         }
     }
-    let options = crate::generate::Options { client: true };
-    let generated = match crate::generate::generate(&model, &options) {
-        Ok(g) => g,
-        Err(e) => {
-            writeln!(stderr, "error: {e}")?;
-            return Ok(EXIT_ERROR);
+    let mut files = Vec::new();
+    let mut lines = 0;
+    if docs {
+        match crate::docs::render(&model) {
+            Ok(pages) => {
+                files.extend(pages.files().iter().map(|(name, text)| crate::write::File {
+                    path: std::path::Path::new("docs").join(name),
+                    contents: (*text).to_owned(),
+                }))
+            }
+            Err(e) => {
+                writeln!(stderr, "error: {e}")?;
+                return Ok(EXIT_ERROR);
+            }
         }
+    }
+    let generated = if client {
+        match crate::generate::generate(&model, &crate::generate::Options { client: true }) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                writeln!(stderr, "error: {e}")?;
+                return Ok(EXIT_ERROR);
+            }
+        }
+    } else {
+        None
     };
     let name = args.name.clone().unwrap_or_else(|| {
         let stem = args
@@ -291,7 +387,15 @@ fn run_generate(
         ),
         None => crate::write::Runtime::Registry,
     };
-    let files = crate::write::crate_files(&generated, &name, &model.title, &runtime);
+    if let Some(generated) = &generated {
+        lines = generated.lines;
+        files.extend(crate::write::crate_files(
+            generated,
+            &name,
+            &model.title,
+            &runtime,
+        ));
+    }
     let mut written = 0;
     for file in &files {
         let path = args.out.join(&file.path);
@@ -309,35 +413,9 @@ fn run_generate(
         "generated {name} in {}: {} operations, {} lines, {} file(s) written, {:.2}s",
         args.out.display(),
         model.operations.len(),
-        generated.lines,
+        lines,
         written,
         started.elapsed().as_secs_f64()
     )?;
     Ok(EXIT_CLEAN)
-}
-
-/// Loads and models `spec`; a failure is rendered to `stderr` and gives `None`.
-fn load_model(
-    spec: &std::path::Path,
-    stderr: &mut dyn Write,
-    color: bool,
-) -> std::io::Result<Option<crate::model::Model>> {
-    let document = match Document::load(spec) {
-        Ok(d) => d,
-        Err(failure) => {
-            stderr.write_all(
-                render::load_error(&failure.sources, &failure.error, color).as_bytes(),
-            )?;
-            return Ok(None);
-        }
-    };
-    match crate::model::build(document, &audit::rule_names()) {
-        Ok(m) => Ok(Some(m)),
-        Err(failure) => {
-            stderr.write_all(
-                render::load_error(&failure.sources, &failure.error, color).as_bytes(),
-            )?;
-            Ok(None)
-        }
-    }
 }

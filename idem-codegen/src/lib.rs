@@ -4,14 +4,16 @@
 //! node keeps its position) → [`model`] (one [`model::Operation`] per path and
 //! method, with its retry class, key policy, retry policy and phases) →
 //! [`audit`] (rules over the model) → [`render`] (human, JSON, SARIF, GitHub),
-//! and [`generate`] (the client SDK) from the same model.
-//! Generators read the model, never the raw document.
+//! and generation from the same model: [`generate`] (the client SDK) and
+//! [`docs`] (the integrator docs page). Generators read the model, never the
+//! raw document.
 
 pub mod audit;
 pub mod baseline;
 pub mod build;
 pub mod build_script;
 pub mod cli;
+pub mod docs;
 pub mod generate;
 pub mod load;
 pub mod model;

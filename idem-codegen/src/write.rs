@@ -102,7 +102,7 @@ mod tests {
     fn package_names() {
         assert_eq!(package_name("Stripe API"), "stripe-api");
         assert_eq!(package_name("payments-clean"), "payments-clean");
-        assert_eq!(package_name("3D Secure"), "api-3-d-secure");
+        assert_eq!(package_name("3D Secure"), "api-3d-secure");
         assert_eq!(package_name(""), "api");
         assert_eq!(package_name("Café API"), "caf-u00e9-api");
     }

@@ -1,3 +1,8 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed setup step should abort the test"
+)]
 //! The `idem` command line, driven in-process through `cli::run` (the same
 //! code the binary runs) and once as a real process.
 
@@ -303,4 +308,97 @@ fn the_binary_is_the_same_program() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(EXIT_ERROR));
+}
+
+#[test]
+fn idem_docs_writes_both_pages_despite_audit_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("site/docs");
+    let spec = "../fixtures/cratebase.yaml";
+    let o = idem(&[
+        "docs",
+        spec,
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--color",
+        "never",
+    ]);
+    assert_eq!(o.code, EXIT_CLEAN, "{}", o.stderr);
+    // The findings, as `idem audit` renders them, on stderr.
+    assert!(o.stderr.contains("error[IDEM001]"), "{}", o.stderr);
+    assert!(o.stderr.contains("--> ../fixtures/cratebase.yaml:32:5"));
+    assert!(o.stderr.contains("summary: 5 operations"));
+    for (name, start) in [
+        (
+            "idempotency.md",
+            "# Idempotency keys and retries: Cratebase Orders API\n",
+        ),
+        ("idempotency.html", "<!DOCTYPE html>\n"),
+    ] {
+        let path = out_dir.join(name);
+        assert!(
+            std::fs::read_to_string(&path).unwrap().starts_with(start),
+            "{name}"
+        );
+        assert!(o.stdout.contains(&format!("wrote {}", path.display())));
+    }
+    // A clean spec prints no findings.
+    let o = idem(&[
+        "docs",
+        "../fixtures/payments-clean.yaml",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, EXIT_CLEAN);
+    assert_eq!(o.stderr, "");
+}
+
+#[test]
+fn idem_docs_exits_2_on_unreadable_specs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out = out.to_str().unwrap();
+    let missing = idem(&["docs", "no/such/spec.yaml", "--out", out]);
+    assert_eq!(missing.code, EXIT_ERROR);
+    assert!(
+        missing.stderr.contains("cannot read `no/such/spec.yaml`"),
+        "{}",
+        missing.stderr
+    );
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "openapi: 3.1.0\ninfo: { title: x\npaths: {}\n").unwrap();
+    let broken = idem(&[
+        "docs",
+        bad.to_str().unwrap(),
+        "--out",
+        out,
+        "--color",
+        "never",
+    ]);
+    assert_eq!(broken.code, EXIT_ERROR);
+    assert!(
+        broken.stderr.contains(&format!("--> {}:", bad.display())),
+        "{}",
+        broken.stderr
+    );
+    assert!(!dir.path().join("out").exists(), "nothing written");
+    assert_eq!(
+        idem(&["docs", "../fixtures/cratebase.yaml"]).code,
+        EXIT_ERROR
+    );
+    // An output path that is a file cannot be written to.
+    let file = dir.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let blocked = idem(&[
+        "docs",
+        "../fixtures/payments-clean.yaml",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(blocked.code, EXIT_ERROR);
+    assert!(
+        blocked.stderr.contains("error: cannot"),
+        "{}",
+        blocked.stderr
+    );
 }

@@ -1,3 +1,8 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed setup step should abort the test"
+)]
 //! Every document under `../shared/specs` (real public API descriptions)
 //! audits or fails with a clear error; none panics. Skips, saying so, when
 //! the folder is absent. `IDEM_SPECS_DIR` points elsewhere.

@@ -51,7 +51,14 @@ fn hostile_text_stays_inside_doc_strings() {
     assert!(code.contains("```text"), "fences are re-marked");
     assert!(!code.contains("```rust"));
     // Keywords and collisions come out as valid, distinct identifiers.
-    for ident in ["pub r#type:", "pub self_:", "pub r#match:", "pub _1st:", "pub struct Client2", "pub fn new2("] {
+    for ident in [
+        "pub r#type:",
+        "pub self_:",
+        "pub r#match:",
+        "pub _1st:",
+        "pub struct Client2",
+        "pub fn new2(",
+    ] {
         assert!(code.contains(ident), "missing {ident}");
     }
     // Recursion through a direct field is boxed; through a list it is not.
@@ -60,7 +67,11 @@ fn hostile_text_stays_inside_doc_strings() {
     // A self-referring alias becomes a newtype.
     assert!(code.contains("pub struct Nested(pub ::std::vec::Vec<Nested>);"));
     // What cannot be typed says where it is.
-    assert!(code.contains("Untyped: `not` cannot be expressed as a type (../fixtures/hostile-names.yaml:"));
+    assert!(
+        code.contains(
+            "Untyped: `not` cannot be expressed as a type (../fixtures/hostile-names.yaml:"
+        )
+    );
 }
 
 #[test]
@@ -93,8 +104,8 @@ fn every_corpus_document_generates_without_panicking() {
         let Ok(model) = model::build(document, &idem_codegen::audit::rule_names()) else {
             continue;
         };
-        let generated = generate(&model, &Options { client: true })
-            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        let generated =
+            generate(&model, &Options { client: true }).unwrap_or_else(|e| panic!("{path}: {e}"));
         assert!(generated.lines > 0, "{path}");
     }
 }

@@ -1,3 +1,8 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed setup step should abort the test"
+)]
 //! Hostile and broken input: every case ends in a clear error with its
 //! location (exit 2) or a result — never a panic, a hang or unbounded memory.
 

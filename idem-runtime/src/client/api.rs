@@ -518,6 +518,7 @@ fn form_pairs(value: &Value, deep_fields: &[&str]) -> Vec<(String, String)> {
     if let Value::Object(map) = value {
         for (k, v) in map {
             match v {
+                Value::Null => {}
                 Value::Object(_) => deep(k.clone(), v, &mut out),
                 Value::Array(items)
                     if deep_fields.contains(&k.as_str())

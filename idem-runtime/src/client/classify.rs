@@ -91,7 +91,7 @@ pub fn classify(
             if status.is_success() || status.is_informational() || status.is_redirection() {
                 return Verdict::Accept;
             }
-            let allowlisted = matches!(status.as_u16(), 429 | 502 | 503 | 504);
+            let allowlisted = crate::protocol::RETRYABLE_STATUSES.contains(&status.as_u16());
             let cost = if status == StatusCode::TOO_MANY_REQUESTS {
                 RetryCost::Throttle
             } else {
@@ -105,7 +105,11 @@ pub fn classify(
                 (true, true, Some(false)) => Verdict::Declined,
                 (true, true, Some(true)) => Verdict::Retry(cost),
                 (true, true, None) if allowlisted => Verdict::Retry(cost),
-                (true, true, None) if server_errors_retried == 0 => Verdict::Retry(cost),
+                (true, true, None)
+                    if server_errors_retried < crate::protocol::SERVER_ERROR_RETRIES =>
+                {
+                    Verdict::Retry(cost)
+                }
                 (true, true, None) => Verdict::ServerErrorLimit,
                 // Any other status: a definite answer, unless the server
                 // vouches that trying again can help.

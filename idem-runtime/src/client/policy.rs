@@ -60,7 +60,7 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// Multiple of the measured p99 used as the per-attempt timeout.
-    pub const P99_FACTOR: u32 = 3;
+    pub const P99_FACTOR: u32 = crate::protocol::P99_TIMEOUT_FACTOR;
 
     /// Total attempts including the first (default 3; at least 1).
     ///

@@ -124,7 +124,7 @@ pub const DEFAULT_SCOPE_MAX_LENGTH: usize = 255;
 pub const MAX_INDEXED_BYTES: usize = 2600;
 
 /// The default path prefix of the status resource: `/idempotency-keys/{key}`.
-pub const DEFAULT_STATUS_PREFIX: &str = "/idempotency-keys";
+pub const DEFAULT_STATUS_PREFIX: &str = crate::protocol::DEFAULT_STATUS_PREFIX;
 
 impl Default for Policy {
     fn default() -> Self {

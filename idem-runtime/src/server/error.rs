@@ -5,6 +5,8 @@ use std::time::Duration;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 
+use crate::protocol;
+
 /// A failure of the key store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -151,7 +153,7 @@ impl std::fmt::Display for KeyProblem {
 #[derive(Debug, thiserror::Error)]
 pub enum IdempotencyError {
     /// The operation requires a key and none was sent.
-    #[error("this operation requires an idempotency key in the {header} header")]
+    #[error("{}", protocol::key_missing_message(.header))]
     MissingKey {
         /// Header name.
         header: String,
@@ -221,16 +223,10 @@ pub enum IdempotencyError {
     #[error("the request body could not be read")]
     BodyUnreadable,
     /// Another request with this key is still running.
-    #[error(
-        "a request with this idempotency key is still in progress; retry after it finishes \
-         with the same key and payload"
-    )]
+    #[error("{}", protocol::KEY_IN_USE.message)]
     KeyInUse,
     /// The key was already used with a different request.
-    #[error(
-        "this idempotency key was already used with a different request; send the original \
-         request again, or use a new key for a new request"
-    )]
+    #[error("{}", protocol::KEY_REUSED.message)]
     KeyReused {
         /// 409 or 422, as configured.
         status: StatusCode,
@@ -283,18 +279,18 @@ impl IdempotencyError {
     pub fn code(&self) -> &'static str {
         match self {
             IdempotencyError::MissingKey { .. } | IdempotencyError::MissingBodyKey { .. } => {
-                "idempotency_key_missing"
+                protocol::KEY_MISSING.code
             }
             IdempotencyError::InvalidKey { .. }
             | IdempotencyError::InvalidBodyKey { .. }
-            | IdempotencyError::InvalidPathKey { .. } => "idempotency_key_invalid",
+            | IdempotencyError::InvalidPathKey { .. } => protocol::KEY_INVALID.code,
             IdempotencyError::KeyUnknown => "idempotency_key_unknown",
             IdempotencyError::ScopeRejected { .. } => "caller_unidentified",
             IdempotencyError::InvalidScope { .. } => "caller_scope_invalid",
             IdempotencyError::BodyTooLarge { .. } => "request_body_too_large",
             IdempotencyError::BodyUnreadable => "request_body_unreadable",
-            IdempotencyError::KeyInUse => "idempotency_key_in_use",
-            IdempotencyError::KeyReused { .. } => "idempotency_key_reused",
+            IdempotencyError::KeyInUse => protocol::KEY_IN_USE.code,
+            IdempotencyError::KeyReused { .. } => protocol::KEY_REUSED.code,
             IdempotencyError::ResponseTooLarge { .. } => "response_too_large",
             IdempotencyError::ResponseUnreadable => "response_unreadable",
             IdempotencyError::LockLost => "idempotency_key_taken_over",
@@ -343,7 +339,9 @@ impl IdempotencyError {
         match self {
             IdempotencyError::StoreUnavailable { retry_after, .. }
             | IdempotencyError::Incomplete { retry_after, .. } => Some(*retry_after),
-            IdempotencyError::KeyInUse | IdempotencyError::LockLost => Some(Duration::from_secs(1)),
+            IdempotencyError::KeyInUse | IdempotencyError::LockLost => {
+                Some(Duration::from_secs(protocol::IN_FLIGHT_RETRY_AFTER_SECS))
+            }
             _ => None,
         }
     }
@@ -357,7 +355,7 @@ pub(crate) fn error_response(
     retryable: bool,
     retry_after: Option<Duration>,
 ) -> Response {
-    let body = serde_json::json!({ "code": code, "message": message, "retryable": retryable });
+    let body = protocol::error_json(code, message, retryable);
     let mut response = (status, axum::Json(body)).into_response();
     if let Some(after) = retry_after {
         let secs = after.as_secs().max(1);

@@ -8,7 +8,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use super::error::StoreError;
 
 /// Header set on every replayed response.
-pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+pub const IDEMPOTENT_REPLAYED: &str = crate::protocol::IDEMPOTENT_REPLAYED;
 
 /// A response as stored with its key: status, the allow-listed headers and
 /// the exact body bytes.
@@ -99,7 +99,7 @@ impl StoredResponse {
         let mut response = self.to_response();
         response.headers_mut().insert(
             HeaderName::from_static(IDEMPOTENT_REPLAYED),
-            HeaderValue::from_static("true"),
+            HeaderValue::from_static(crate::protocol::IDEMPOTENT_REPLAYED_VALUE),
         );
         response
     }

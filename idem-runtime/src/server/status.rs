@@ -22,7 +22,7 @@ use super::key::{encode_path_key, read_path_key};
 use super::store::{Backend, KeyState};
 
 /// How long a client is asked to wait before polling again.
-const POLL_AFTER: Duration = Duration::from_secs(1);
+const POLL_AFTER: Duration = Duration::from_secs(crate::protocol::IN_FLIGHT_RETRY_AFTER_SECS);
 
 impl<DB: Backend> Idempotency<DB> {
     /// The status URL of `key`: the configured prefix and the key as one
@@ -40,16 +40,7 @@ impl<DB: Backend> Idempotency<DB> {
     /// phased holder, when known) in the JSON body.
     pub(crate) fn accepted(&self, key: &str, recovery_point: Option<&str>) -> Response {
         let url = self.status_url(key);
-        let mut body = serde_json::json!({
-            "code": "idempotency_key_in_flight",
-            "message": "a request with this idempotency key is being processed; poll status_url, \
-                        or send the same request with the same key again, to receive its outcome",
-            "retryable": true,
-            "status_url": url,
-        });
-        if let (Some(point), Some(fields)) = (recovery_point, body.as_object_mut()) {
-            fields.insert("recovery_point".to_owned(), point.into());
-        }
+        let body = crate::protocol::accepted_json(&url, recovery_point);
         let mut response = (StatusCode::ACCEPTED, axum::Json(body)).into_response();
         let headers = response.headers_mut();
         headers.insert(header::RETRY_AFTER, HeaderValue::from(POLL_AFTER.as_secs()));

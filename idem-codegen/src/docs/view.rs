@@ -1,0 +1,515 @@
+//! The one view both templates render: every fact the page states, taken
+//! from the model (and, for what the server sends, from
+//! `idem_runtime::protocol`), as plain values. Spec text is cleaned here
+//! and escaped by each template's escaper; no sentence of the page lives in
+//! this file.
+
+use std::time::Duration;
+
+use idem_runtime::protocol;
+
+use super::schedule::{self, Schedule};
+use super::text;
+use crate::model::{self, KeySource, Model, Operation, RetryClass, RetryPolicy};
+use crate::vocab::{Backoff, FailureReplay, InFlight, KeyRequirement, Scope, format_duration};
+
+/// The key used in the page's examples.
+const EXAMPLE_KEY: &str = "order-739-confirm";
+
+/// A setting's duration, two ways.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    /// In words: `24 hours`.
+    pub words: String,
+    /// In seconds, with separators: `86,400`.
+    pub seconds: String,
+}
+
+impl Span {
+    fn of(d: Duration) -> Self {
+        Span {
+            words: text::duration_words(d),
+            seconds: text::thousands(u128::from(d.as_secs())),
+        }
+    }
+}
+
+/// A setting an operation sets differently from the API as a whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Override {
+    /// The vocabulary's field name, e.g. `replay-window`.
+    pub setting: &'static str,
+    /// Its value on this operation, as the vocabulary writes it.
+    pub value: String,
+}
+
+/// One endpoint as the page lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Fragment id, unique on the page.
+    pub anchor: String,
+    pub method: &'static str,
+    pub path: String,
+    /// `operationId`, or the name derived from method and path.
+    pub operation: String,
+    pub summary: Option<String>,
+    /// The retry class (`safe`, `keyed`, `unsafe-documented`, `unsafe`).
+    pub class: &'static str,
+    /// Keyed: whether a request without a key is refused.
+    pub key_required: bool,
+    /// Keyed: the key travels in a body field rather than a header.
+    pub key_in_body: bool,
+    /// Keyed: the header or body field that carries the key.
+    pub key_name: String,
+    /// Unsafe: the spec's `unsafe-retry` warning (class `unsafe-documented`).
+    pub warning: Option<String>,
+    /// Measured p99 latency and the per-attempt timeout it gives, where the
+    /// operation declares its own.
+    pub p99: Option<String>,
+    pub attempt_timeout: Option<String>,
+    /// Settings that differ from the API-wide ones.
+    pub overrides: Vec<Override>,
+}
+
+/// One attempt of the worked schedule, formatted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepView {
+    pub attempt: u32,
+    pub first: bool,
+    pub wait_min: String,
+    pub wait_max: String,
+    pub starts_by: String,
+    pub timeout: String,
+    pub ends_by: String,
+}
+
+/// The retry policy and its worked schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryView {
+    pub max_attempts: u32,
+    pub retries: u32,
+    pub full_jitter: bool,
+    pub base: String,
+    pub cap: String,
+    pub deadline: String,
+    /// The API-wide measured p99 and its per-attempt timeout, when declared.
+    pub p99: Option<String>,
+    pub attempt_timeout: Option<String>,
+    pub p99_factor: u32,
+    pub steps: Vec<StepView>,
+    pub cut_by_deadline: u32,
+    pub total_wait_max: String,
+    pub worst_case_end: String,
+    pub budget_capacity: u32,
+    pub budget_transient_cost: u32,
+    pub budget_throttle_cost: u32,
+    pub budget_refund: u32,
+    /// Retries a full bucket pays for; `None` when that kind is free.
+    pub budget_transient_retries: Option<u32>,
+    pub budget_throttle_retries: Option<u32>,
+    pub retryable_statuses: Vec<u16>,
+    /// The retryable statuses other than 429 (gateway and availability).
+    pub gateway_statuses: Vec<u16>,
+    pub server_error_retries: u32,
+}
+
+/// The exact bodies the server sends, from `idem_runtime::protocol`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wire {
+    pub in_use_code: &'static str,
+    pub in_use_status: u16,
+    pub in_use_body: String,
+    pub reused_code: &'static str,
+    /// 409, or 422 where the spec documents the mismatch as 422.
+    pub reused_status: u16,
+    pub reused_body: String,
+    pub in_flight_code: &'static str,
+    pub in_flight_status: u16,
+    pub in_flight_body: String,
+    pub status_url: String,
+    pub missing_code: &'static str,
+    pub missing_status: u16,
+    /// The missing-key body for the API's header (`None` when no keyed
+    /// operation takes its key in a header).
+    pub missing_body: Option<String>,
+    pub invalid_code: &'static str,
+    pub invalid_status: u16,
+    pub retry_after_secs: u64,
+    pub replayed_header: String,
+    pub replayed_value: &'static str,
+    pub key_min_byte: String,
+    pub key_max_byte: String,
+}
+
+/// The code example: the first keyed operation (else the first safe one),
+/// with its effective retry policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Example {
+    pub method: &'static str,
+    pub path: String,
+    pub keyed: bool,
+    pub key_in_body: bool,
+    pub key_name: String,
+    pub max_attempts: u32,
+    pub base_secs: String,
+    pub cap_secs: String,
+    pub deadline_secs: String,
+    pub timeout_secs: String,
+    pub full_jitter: bool,
+}
+
+/// The page, as values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocsView {
+    /// The API's title (`info.title`), or empty.
+    pub title: String,
+    pub header: String,
+    pub key_max_length: u32,
+    /// The body field, when some keyed operation takes its key in the body.
+    pub body_field: Option<String>,
+    pub example_key: &'static str,
+    pub scope_account: bool,
+    /// Neither: `scope: global`, stated as a warning.
+    pub scope_credential: bool,
+    pub replay_window: Span,
+    /// Some keyed endpoint has a replay window of its own.
+    pub replay_window_overridden: bool,
+    pub reaper_after: Span,
+    pub retry_horizon: Option<Span>,
+    /// Neither: the spec leaves `failure-replay` undecided.
+    pub failure_verbatim: bool,
+    pub failure_reattempt: bool,
+    /// In-flight modes used by the keyed operations (the API-wide one
+    /// when none is keyed).
+    pub in_flight_conflict: bool,
+    pub in_flight_wait: bool,
+    pub in_flight_accepted: bool,
+    pub wire: Wire,
+    pub keyed: Vec<Endpoint>,
+    pub unsafe_endpoints: Vec<Endpoint>,
+    /// Unsafe endpoints without a warning (class `unsafe`), counted.
+    pub undocumented_unsafe: usize,
+    pub safe: Vec<Endpoint>,
+    /// Operations whose own p99 differs from the API-wide one.
+    pub timeouts: Vec<Endpoint>,
+    pub retry: RetryView,
+    pub example: Option<Example>,
+    /// Whether the table of contents lists endpoints open (small APIs).
+    pub toc_open: bool,
+}
+
+impl DocsView {
+    /// Everything the page says about `model`.
+    pub fn new(model: &Model) -> Self {
+        let root = model::key_settings(&model.root.idempotency);
+        let root_retry = model::retry_policy(&model.root.retry);
+        let mut ops: Vec<&Operation> = model.operations.iter().collect();
+        ops.sort_by(|a, b| (&a.path, a.method.as_str()).cmp(&(&b.path, b.method.as_str())));
+        let mut anchors: Vec<String> = ops.iter().map(|o| text::anchor(&o.name)).collect();
+        text::unique_anchors(&mut anchors);
+
+        let mut keyed = Vec::new();
+        let mut unsafe_endpoints = Vec::new();
+        let mut safe = Vec::new();
+        let mut timeouts = Vec::new();
+        for (op, anchor) in ops.iter().zip(anchors) {
+            let endpoint = endpoint(op, anchor, &root, &root_retry);
+            if endpoint.p99.is_some() {
+                timeouts.push(endpoint.clone());
+            }
+            match op.class {
+                RetryClass::Keyed => keyed.push(endpoint),
+                RetryClass::UnsafeDocumented | RetryClass::Unsafe => {
+                    unsafe_endpoints.push(endpoint);
+                }
+                RetryClass::Safe => safe.push(endpoint),
+            }
+        }
+        let keyed_ops: Vec<&&Operation> = ops
+            .iter()
+            .filter(|o| o.class == RetryClass::Keyed)
+            .collect();
+        let mode_used = |mode: fn(InFlight) -> bool| {
+            if keyed_ops.is_empty() {
+                mode(root.in_flight)
+            } else {
+                keyed_ops.iter().any(|o| mode(o.settings.in_flight))
+            }
+        };
+        let body_field = keyed_ops.iter().find_map(|o| match &o.key.source {
+            Some(KeySource::Body { field }) => Some(text::clean(field)),
+            _ => None,
+        });
+        let header_keys = keyed_ops.is_empty()
+            || keyed_ops
+                .iter()
+                .any(|o| matches!(o.key.source, Some(KeySource::Header { .. })));
+        let header = text::clean(&root.header);
+        let failure = root.failure_replay;
+        DocsView {
+            title: text::clean(&model.title),
+            key_max_length: root.key_max_length,
+            body_field,
+            example_key: EXAMPLE_KEY,
+            scope_account: root.scope == Scope::Account,
+            scope_credential: root.scope == Scope::Credential,
+            replay_window: Span::of(root.replay_window),
+            replay_window_overridden: keyed_ops
+                .iter()
+                .any(|o| o.settings.replay_window != root.replay_window),
+            reaper_after: Span::of(root.reaper_after),
+            retry_horizon: root.retry_horizon.map(Span::of),
+            failure_verbatim: failure == Some(FailureReplay::Verbatim),
+            failure_reattempt: failure == Some(FailureReplay::Reattempt),
+            in_flight_conflict: mode_used(|m| m == InFlight::Conflict),
+            in_flight_wait: mode_used(|m| m == InFlight::Wait),
+            in_flight_accepted: mode_used(|m| m == InFlight::Accepted),
+            wire: wire(&header, header_keys, mismatch_status(&keyed_ops)),
+            undocumented_unsafe: ops.iter().filter(|o| o.class == RetryClass::Unsafe).count(),
+            toc_open: ops.len() <= 40,
+            example: ops
+                .iter()
+                .find(|o| o.class == RetryClass::Keyed)
+                .or_else(|| ops.iter().find(|o| o.class == RetryClass::Safe))
+                .map(|o| example(o)),
+            header,
+            keyed,
+            unsafe_endpoints,
+            safe,
+            timeouts,
+            retry: retry_view(&root_retry),
+        }
+    }
+}
+
+/// Whether the key travels in the body, and the header or field name.
+fn key_carrier(op: &Operation) -> (bool, String) {
+    match &op.key.source {
+        Some(KeySource::Body { field }) => (true, text::clean(field)),
+        Some(KeySource::Header { name, .. }) => (false, text::clean(name)),
+        None => (false, String::new()),
+    }
+}
+
+fn endpoint(
+    op: &Operation,
+    anchor: String,
+    root: &model::KeySettings,
+    root_retry: &RetryPolicy,
+) -> Endpoint {
+    let (key_in_body, key_name) = key_carrier(op);
+    let own_p99 = op.retry.p99.filter(|p| Some(*p) != root_retry.p99);
+    Endpoint {
+        anchor,
+        method: op.method.as_str(),
+        path: text::clean(&op.path),
+        operation: text::clean(&op.name),
+        summary: op
+            .summary
+            .as_deref()
+            .map(text::clean)
+            .filter(|s| !s.is_empty()),
+        class: op.class.as_str(),
+        key_required: op.key.requirement == KeyRequirement::Required,
+        key_in_body,
+        key_name,
+        warning: op.unsafe_retry.as_ref().map(|w| text::clean(&w.value)),
+        p99: own_p99.map(text::duration_short),
+        attempt_timeout: own_p99
+            .map(|p| text::duration_short(p.saturating_mul(protocol::P99_TIMEOUT_FACTOR))),
+        overrides: if op.class == RetryClass::Keyed {
+            overrides(op, root, root_retry)
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// What a keyed operation sets differently from the API, in the order the
+/// page discusses them.
+fn overrides(op: &Operation, root: &model::KeySettings, retry: &RetryPolicy) -> Vec<Override> {
+    let s = &op.settings;
+    let r = &op.retry;
+    let mut out = Vec::new();
+    let mut push = |differs: bool, setting: &'static str, value: String| {
+        if differs {
+            out.push(Override { setting, value });
+        }
+    };
+    push(
+        s.key_max_length != root.key_max_length,
+        "key-max-length",
+        s.key_max_length.to_string(),
+    );
+    push(s.scope != root.scope, "scope", s.scope.to_string());
+    push(
+        s.replay_window != root.replay_window,
+        "replay-window",
+        format_duration(s.replay_window),
+    );
+    push(
+        s.failure_replay != root.failure_replay,
+        "failure-replay",
+        s.failure_replay
+            .map_or_else(|| "undecided".to_owned(), |f| f.to_string()),
+    );
+    push(
+        s.in_flight != root.in_flight,
+        "in-flight",
+        s.in_flight.to_string(),
+    );
+    push(
+        r.max_attempts != retry.max_attempts,
+        "max-attempts",
+        r.max_attempts.to_string(),
+    );
+    push(r.backoff != retry.backoff, "backoff", r.backoff.to_string());
+    push(r.base != retry.base, "base", format_duration(r.base));
+    push(r.cap != retry.cap, "cap", format_duration(r.cap));
+    push(
+        r.deadline != retry.deadline,
+        "deadline",
+        format_duration(r.deadline),
+    );
+    out
+}
+
+/// The payload-mismatch status: 422 where a keyed operation documents a
+/// `422` and none documents the mismatch as a `409`, else the protocol's
+/// default. The vocabulary has no field for it; the audit's
+/// `missing-conflict-responses` reads the responses the same way.
+fn mismatch_status(keyed: &[&&Operation]) -> u16 {
+    let documents_422 = keyed.iter().any(|o| o.response("422").is_some());
+    let mismatch_409 = keyed.iter().any(|o| {
+        o.response("409")
+            .is_some_and(|r| r.text.contains(protocol::KEY_REUSED.code))
+    });
+    if documents_422 && !mismatch_409 {
+        protocol::KEY_REUSED_UNPROCESSABLE_STATUS
+    } else {
+        protocol::KEY_REUSED.status
+    }
+}
+
+fn wire(header: &str, header_keys: bool, reused_status: u16) -> Wire {
+    let status_url = format!("{}/{EXAMPLE_KEY}", protocol::DEFAULT_STATUS_PREFIX);
+    let byte = |b: u8| format!("0x{b:02X}");
+    Wire {
+        in_use_code: protocol::KEY_IN_USE.code,
+        in_use_status: protocol::KEY_IN_USE.status,
+        in_use_body: protocol::KEY_IN_USE.body(),
+        reused_code: protocol::KEY_REUSED.code,
+        reused_status,
+        reused_body: protocol::KEY_REUSED.body(),
+        in_flight_code: protocol::KEY_IN_FLIGHT.code,
+        in_flight_status: protocol::KEY_IN_FLIGHT.status,
+        in_flight_body: protocol::accepted_body(&status_url, None),
+        status_url,
+        missing_code: protocol::KEY_MISSING.code,
+        missing_status: protocol::KEY_MISSING.status,
+        missing_body: header_keys
+            .then(|| protocol::KEY_MISSING.body_with(&protocol::key_missing_message(header))),
+        invalid_code: protocol::KEY_INVALID.code,
+        invalid_status: protocol::KEY_INVALID.status,
+        retry_after_secs: protocol::IN_FLIGHT_RETRY_AFTER_SECS,
+        replayed_header: text::header_case(protocol::IDEMPOTENT_REPLAYED),
+        replayed_value: protocol::IDEMPOTENT_REPLAYED_VALUE,
+        key_min_byte: byte(*protocol::KEY_BYTES.start()),
+        key_max_byte: byte(*protocol::KEY_BYTES.end()),
+    }
+}
+
+fn example(op: &Operation) -> Example {
+    let (key_in_body, key_name) = key_carrier(op);
+    let policy = &op.retry;
+    let timeout = schedule::attempt_timeout(policy.p99, policy.deadline, policy.max_attempts);
+    Example {
+        method: op.method.as_str(),
+        path: text::clean(&op.path),
+        keyed: op.class == RetryClass::Keyed,
+        key_in_body,
+        key_name,
+        max_attempts: policy.max_attempts,
+        base_secs: secs(policy.base),
+        cap_secs: secs(policy.cap),
+        deadline_secs: secs(policy.deadline),
+        timeout_secs: secs(timeout),
+        full_jitter: policy.backoff == Backoff::FullJitter,
+    }
+}
+
+/// Seconds as a plain decimal for code: `0.1`, `10`, `2.4`.
+fn secs(d: Duration) -> String {
+    let ms = d.as_millis();
+    let whole = ms / 1_000;
+    match ms % 1_000 {
+        0 => whole.to_string(),
+        frac => format!("{whole}.{}", format!("{frac:03}").trim_end_matches('0')),
+    }
+}
+
+fn retry_view(policy: &RetryPolicy) -> RetryView {
+    let Schedule {
+        steps,
+        cut_by_deadline,
+        total_wait_max,
+    } = schedule::schedule(policy);
+    let worst_case_end = steps.last().map_or(Duration::ZERO, |s| s.ends_by);
+    let timeout = policy
+        .p99
+        .map(|p| p.saturating_mul(protocol::P99_TIMEOUT_FACTOR));
+    let (transient, throttle) = schedule::budget_retries(&policy.budget);
+    RetryView {
+        max_attempts: policy.max_attempts,
+        retries: policy.max_attempts.saturating_sub(1),
+        full_jitter: policy.backoff == Backoff::FullJitter,
+        base: text::duration_short(policy.base),
+        cap: text::duration_short(policy.cap),
+        deadline: text::duration_short(policy.deadline),
+        p99: policy.p99.map(text::duration_short),
+        attempt_timeout: timeout.map(text::duration_short),
+        p99_factor: protocol::P99_TIMEOUT_FACTOR,
+        steps: steps
+            .iter()
+            .map(|s| StepView {
+                attempt: s.attempt,
+                first: s.attempt == 1,
+                wait_min: text::duration_short(s.wait_min),
+                wait_max: text::duration_short(s.wait_max),
+                starts_by: text::duration_short(s.starts_by),
+                timeout: text::duration_short(s.timeout),
+                ends_by: text::duration_short(s.ends_by),
+            })
+            .collect(),
+        cut_by_deadline,
+        total_wait_max: text::duration_short(total_wait_max),
+        worst_case_end: text::duration_short(worst_case_end),
+        budget_capacity: policy.budget.capacity,
+        budget_transient_cost: policy.budget.transient_cost,
+        budget_throttle_cost: policy.budget.throttle_cost,
+        budget_refund: policy.budget.success_refund,
+        budget_transient_retries: transient,
+        budget_throttle_retries: throttle,
+        retryable_statuses: protocol::RETRYABLE_STATUSES.to_vec(),
+        gateway_statuses: protocol::RETRYABLE_STATUSES
+            .iter()
+            .copied()
+            .filter(|s| *s != 429)
+            .collect(),
+        server_error_retries: protocol::SERVER_ERROR_RETRIES,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::secs;
+    use std::time::Duration;
+
+    #[test]
+    fn seconds_for_code() {
+        assert_eq!(secs(Duration::from_millis(100)), "0.1");
+        assert_eq!(secs(Duration::from_secs(10)), "10");
+        assert_eq!(secs(Duration::from_millis(2_400)), "2.4");
+        assert_eq!(secs(Duration::from_millis(1_250)), "1.25");
+    }
+}

@@ -1,0 +1,182 @@
+//! The idempotency-key protocol as integrators see it on the wire: error
+//! codes, statuses, messages and bodies, the replay header, and the client
+//! retry rules. Compiled without any feature, so idem's docs generator
+//! publishes exactly what [`server`](crate::server) sends and what
+//! [`client`](crate::client) does, from this one place.
+//!
+//! Every protocol error body is one JSON object with three fields, in this
+//! order:
+//!
+//! ```
+//! use idem_runtime::protocol::{self, KEY_IN_USE};
+//! assert_eq!(
+//!     KEY_IN_USE.body(),
+//!     r#"{"code":"idempotency_key_in_use","message":"a request with this idempotency key is still in progress; retry after it finishes with the same key and payload","retryable":true}"#
+//! );
+//! assert_eq!(KEY_IN_USE.status, 409);
+//! assert_eq!(protocol::KEY_REUSED.code, "idempotency_key_reused");
+//! ```
+
+use serde_json::{Value, json};
+
+/// One refusal of the protocol: its machine-readable code, HTTP status and
+/// whether the same request with the same key can succeed later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// The `code` field of the body.
+    pub code: &'static str,
+    /// The HTTP status it is sent with (by default, where configurable).
+    pub status: u16,
+    /// The `message` field, where it does not depend on the request.
+    pub message: &'static str,
+    /// The `retryable` field.
+    pub retryable: bool,
+}
+
+impl Refusal {
+    /// The exact body the server sends, with this refusal's own message.
+    pub fn body(&self) -> String {
+        error_body(self.code, self.message, self.retryable)
+    }
+
+    /// The exact body, with a message that depends on the request.
+    pub fn body_with(&self, message: &str) -> String {
+        error_body(self.code, message, self.retryable)
+    }
+}
+
+/// A duplicate arrived while the first request with its key is still
+/// running (`in-flight: conflict`, or `wait` once its bound has passed).
+pub const KEY_IN_USE: Refusal = Refusal {
+    code: "idempotency_key_in_use",
+    status: 409,
+    message: "a request with this idempotency key is still in progress; retry after it \
+              finishes with the same key and payload",
+    retryable: true,
+};
+
+/// The key was already used with a different method, path or body.
+pub const KEY_REUSED: Refusal = Refusal {
+    code: "idempotency_key_reused",
+    status: 409,
+    message: "this idempotency key was already used with a different request; send the \
+              original request again, or use a new key for a new request",
+    retryable: false,
+};
+
+/// The status [`KEY_REUSED`] is sent with when the server is configured to
+/// answer a payload mismatch with `422 Unprocessable Content` instead.
+pub const KEY_REUSED_UNPROCESSABLE_STATUS: u16 = 422;
+
+/// A required key was not sent; the message names where it belongs
+/// ([`key_missing_message`]).
+pub const KEY_MISSING: Refusal = Refusal {
+    code: "idempotency_key_missing",
+    status: 400,
+    message: "this operation requires an idempotency key",
+    retryable: false,
+};
+
+/// The key is empty, too long, repeated or not visible ASCII; the message
+/// says which.
+pub const KEY_INVALID: Refusal = Refusal {
+    code: "idempotency_key_invalid",
+    status: 400,
+    message: "the idempotency key is malformed",
+    retryable: false,
+};
+
+/// `in-flight: accepted`: the duplicate is told where to follow the first
+/// request ([`accepted_body`]).
+pub const KEY_IN_FLIGHT: Refusal = Refusal {
+    code: "idempotency_key_in_flight",
+    status: 202,
+    message: "a request with this idempotency key is being processed; poll status_url, or \
+              send the same request with the same key again, to receive its outcome",
+    retryable: true,
+};
+
+/// The message of [`KEY_MISSING`] for a key carried in `header`. Header
+/// names are case-insensitive; the server writes them in lower case.
+pub fn key_missing_message(header: &str) -> String {
+    format!(
+        "this operation requires an idempotency key in the {} header",
+        header.to_ascii_lowercase()
+    )
+}
+
+/// Set to `true` on every replayed response (the wire name, lower case).
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// The value of [`IDEMPOTENT_REPLAYED`].
+pub const IDEMPOTENT_REPLAYED_VALUE: &str = "true";
+
+/// Seconds of `Retry-After` sent with [`KEY_IN_USE`] and [`KEY_IN_FLIGHT`].
+pub const IN_FLIGHT_RETRY_AFTER_SECS: u64 = 1;
+
+/// The default path prefix of the key status resource:
+/// `/idempotency-keys/{key}`.
+pub const DEFAULT_STATUS_PREFIX: &str = "/idempotency-keys";
+
+/// The smallest and largest byte a key may hold: visible ASCII, no space.
+pub const KEY_BYTES: std::ops::RangeInclusive<u8> = 0x21..=0x7e;
+
+/// Statuses a client retries for `safe` and `keyed` operations, honouring
+/// `Retry-After`.
+pub const RETRYABLE_STATUSES: [u16; 4] = [429, 502, 503, 504];
+
+/// How many `500` answers one logical call may retry (`safe` and `keyed`
+/// operations only): some are bugs that fail the same way every time.
+pub const SERVER_ERROR_RETRIES: u32 = 1;
+
+/// The per-attempt timeout is this multiple of the operation's measured p99.
+pub const P99_TIMEOUT_FACTOR: u32 = 3;
+
+/// `{"code", "message", "retryable"}` as a JSON value, the one definition of
+/// the error body's shape.
+pub fn error_json(code: &str, message: &str, retryable: bool) -> Value {
+    json!({ "code": code, "message": message, "retryable": retryable })
+}
+
+/// The error body as the bytes the server sends.
+pub fn error_body(code: &str, message: &str, retryable: bool) -> String {
+    error_json(code, message, retryable).to_string()
+}
+
+/// The body of a `202` under `in-flight: accepted`: [`KEY_IN_FLIGHT`] plus
+/// the status URL and, for a phased operation, where it has got to.
+pub fn accepted_json(status_url: &str, recovery_point: Option<&str>) -> Value {
+    let mut body = error_json(KEY_IN_FLIGHT.code, KEY_IN_FLIGHT.message, true);
+    if let Some(fields) = body.as_object_mut() {
+        fields.insert("status_url".to_owned(), status_url.into());
+        if let Some(point) = recovery_point {
+            fields.insert("recovery_point".to_owned(), point.into());
+        }
+    }
+    body
+}
+
+/// [`accepted_json`] as the bytes the server sends.
+pub fn accepted_body(status_url: &str, recovery_point: Option<&str>) -> String {
+    accepted_json(status_url, recovery_point).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_keep_their_field_order_and_escape_text() {
+        assert_eq!(
+            error_body("c", "say \"hi\" </script>", false),
+            r#"{"code":"c","message":"say \"hi\" </script>","retryable":false}"#
+        );
+        assert_eq!(
+            KEY_MISSING.body_with(&key_missing_message("Idempotency-Key")),
+            r#"{"code":"idempotency_key_missing","message":"this operation requires an idempotency key in the idempotency-key header","retryable":false}"#
+        );
+        let accepted = accepted_body("/idempotency-keys/k", None);
+        assert!(accepted.starts_with(r#"{"code":"idempotency_key_in_flight","#));
+        assert!(accepted.contains(r#""status_url":"/idempotency-keys/k""#));
+    }
+}
