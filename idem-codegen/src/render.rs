@@ -6,7 +6,7 @@ use serde_json::{Value as Json, json};
 
 use crate::audit::{Diagnostic, RULES, Report, Severity, Summary};
 use crate::load::LoadError;
-use crate::model::{Method, Model, Operation};
+use crate::model::{KeyOrigin, KeySource, Method, Model, Operation};
 use crate::source::{Pos, SourceMap};
 use crate::vocab::{Effect, KeyRequirement};
 
@@ -244,6 +244,15 @@ pub fn json_report(model: &Model, report: &Report) -> Json {
                 "operation_id": op.operation_id,
                 "class": op.class.as_str(),
                 "key": key_name(op),
+                "key_source": op.key.origin.map(KeyOrigin::as_str),
+                "key_in": op.key.source.as_ref().map(|s| match s {
+                    KeySource::Header { .. } => "header",
+                    KeySource::Body { .. } => "body",
+                }),
+                "key_name": op.key.source.as_ref().map(|s| match s {
+                    KeySource::Header { name, .. } => name.as_str(),
+                    KeySource::Body { field } => field.as_str(),
+                }),
                 "effect": effect_name(op),
             })
         })
