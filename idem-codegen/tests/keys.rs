@@ -250,3 +250,35 @@ fn a_root_key_is_validated_like_the_rest_of_the_vocabulary() {
         );
     }
 }
+
+#[test]
+fn an_operation_taking_its_extension_from_a_merged_anchor_is_keyed() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = write(
+        dir.path(),
+        "merge.yaml",
+        &format!(
+            "{HEAD}x-idempotency: {{ failure-replay: verbatim }}\n\
+             x-keyed: &keyed\n  x-idempotency: {{ key: required }}\n  parameters:\n    - {{ name: Idempotency-Key, in: header, required: true, schema: {{ type: string, maxLength: 255 }} }}\n\
+             paths:\n  /orders:\n    post:\n      <<: *keyed\n      operationId: createOrder\n      responses: {{ '201': {{ description: ok }} }}\n\
+             \x20   patch:\n      <<: *keyed\n      x-idempotency: {{ key: none, unsafe-retry: \"Each call appends.\" }}\n      operationId: patchOrder\n      responses: {{ '200': {{ description: ok }} }}\n"
+        ),
+    );
+    let model = model_of(&spec);
+    let create = model
+        .operations
+        .iter()
+        .find(|o| o.name == "createOrder")
+        .unwrap();
+    assert_eq!(create.class, RetryClass::Keyed);
+    assert_eq!(create.key.origin, Some(KeyOrigin::Declared));
+    // The merged `key:` keeps its position in the anchor.
+    assert_eq!(create.key.declared.unwrap().pos.line, 5);
+    // An explicit `x-idempotency` beats the merged one.
+    let patch = model
+        .operations
+        .iter()
+        .find(|o| o.name == "patchOrder")
+        .unwrap();
+    assert_eq!(patch.class, RetryClass::UnsafeDocumented);
+}
