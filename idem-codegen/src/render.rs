@@ -1,13 +1,15 @@
 //! Front ends for diagnostics: rustc-style text, JSON, SARIF 2.1.0 and GitHub
 //! workflow commands. All four carry the same facts.
 
+use std::path::{Path, PathBuf};
+
 use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
 use serde_json::{Value as Json, json};
 
 use crate::audit::{Diagnostic, RULES, Report, Severity, Summary};
 use crate::load::LoadError;
 use crate::model::{KeyOrigin, KeySource, Method, Model, Operation};
-use crate::source::{Pos, SourceMap};
+use crate::source::{FileId, Pos, SourceMap};
 use crate::vocab::{Effect, KeyRequirement};
 
 /// Output formats of `idem audit`.
@@ -272,8 +274,29 @@ pub fn json_report(model: &Model, report: &Report) -> Json {
     })
 }
 
-/// SARIF 2.1.0, as GitHub code scanning accepts it.
+/// SARIF 2.1.0, as GitHub code scanning accepts it, with URIs relative to
+/// the repository root ([`sarif_root`]).
 pub fn sarif(model: &Model, report: &Report) -> Json {
+    sarif_with_root(model, report, &sarif_root())
+}
+
+/// Where SARIF URIs are relative to: the git top level above the working
+/// directory (the folder holding `.git`, a directory or a worktree's file),
+/// or the working directory itself when there is none. Code scanning places
+/// a result by its path from the repository root, whatever path the spec
+/// was given by.
+pub fn sarif_root() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    cwd.ancestors()
+        .find(|dir| dir.join(".git").exists())
+        .map_or_else(|| cwd.clone(), Path::to_path_buf)
+}
+
+/// SARIF with URIs relative to `root` (absolute): a file under it gets a
+/// relative `uri` with `uriBaseId: %SRCROOT%`, which `originalUriBaseIds`
+/// maps to `root`; a file outside it gets an absolute `file://` URI and no
+/// base.
+pub fn sarif_with_root(model: &Model, report: &Report, root: &Path) -> Json {
     let sources = &model.document.sources;
     let rules: Vec<Json> = RULES
         .iter()
@@ -310,7 +333,7 @@ pub fn sarif(model: &Model, report: &Report) -> Json {
                 "message": { "text": text },
                 "locations": [{
                     "physicalLocation": {
-                        "artifactLocation": { "uri": uri(sources.display(d.pos.file)), "uriBaseId": "%SRCROOT%" },
+                        "artifactLocation": artifact_location(sources, d.pos.file, root),
                         "region": { "startLine": d.pos.line.max(1), "startColumn": d.pos.column.max(1) },
                     }
                 }],
@@ -330,15 +353,78 @@ pub fn sarif(model: &Model, report: &Report) -> Json {
             }},
             "results": results,
             "columnKind": "unicodeCodePoints",
+            "originalUriBaseIds": {
+                SRCROOT: { "uri": format!("{}/", file_uri(root).trim_end_matches('/')) },
+            },
         }],
     })
 }
 
-fn uri(path: &str) -> String {
-    path.replace('\\', "/")
-        .replace(' ', "%20")
-        .trim_start_matches("./")
-        .to_owned()
+/// The base id SARIF URIs are relative to: the repository root.
+const SRCROOT: &str = "%SRCROOT%";
+
+fn artifact_location(sources: &SourceMap, file: FileId, root: &Path) -> Json {
+    let Some(path) = sources.get(file).map(|f| f.path.as_path()) else {
+        return json!({ "uri": uri_path(Path::new(sources.display(file))) });
+    };
+    let absolute = absolute(path);
+    let relative = absolute
+        .strip_prefix(root)
+        .ok()
+        .map(Path::to_path_buf)
+        .or_else(|| {
+            // Through symlinks (a checkout under a linked folder), by real paths.
+            let real = std::fs::canonicalize(&absolute).ok()?;
+            let real_root = std::fs::canonicalize(root).ok()?;
+            real.strip_prefix(real_root).ok().map(Path::to_path_buf)
+        });
+    match relative {
+        Some(rel) => json!({ "uri": uri_path(&rel), "uriBaseId": SRCROOT }),
+        None => json!({ "uri": file_uri(&absolute) }),
+    }
+}
+
+/// `path` made absolute against the working directory and lexically
+/// normalised (`a/./b/../c` → `a/c`).
+fn absolute(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let joined = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// A relative path as a URI reference: `/`-separated, percent-encoded.
+fn uri_path(path: &Path) -> String {
+    let text = path.to_string_lossy().replace('\\', "/");
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        let keep = b.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&b);
+        if keep {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// An absolute path as a `file://` URI (`C:\x` → `file:///C:/x`).
+fn file_uri(path: &Path) -> String {
+    let encoded = uri_path(path);
+    if encoded.starts_with('/') {
+        format!("file://{encoded}")
+    } else {
+        format!("file:///{encoded}")
+    }
 }
 
 /// GitHub Actions workflow commands: one annotation per finding.
@@ -409,6 +495,21 @@ mod tests {
         assert_eq!(token_span("  - { name: id, in: path }", 5), 4..26);
         assert_eq!(token_span("  x: [a, 'b]', c] # note", 6), 5..17);
         assert_eq!(token_span("  x: {a: [", 6), 5..10);
+    }
+
+    #[test]
+    fn sarif_uris() {
+        assert_eq!(
+            uri_path(Path::new("specs/my api.yaml")),
+            "specs/my%20api.yaml"
+        );
+        assert_eq!(uri_path(Path::new("a/b#c%.yaml")), "a/b%23c%25.yaml");
+        assert_eq!(uri_path(Path::new("caf\u{e9}.yaml")), "caf%C3%A9.yaml");
+        assert_eq!(
+            file_uri(Path::new("/tmp/x y.yaml")),
+            "file:///tmp/x%20y.yaml"
+        );
+        assert_eq!(absolute(Path::new("/a/./b/../c")), Path::new("/a/c"));
     }
 
     #[test]

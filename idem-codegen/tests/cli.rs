@@ -126,10 +126,59 @@ fn sarif_report_is_code_scanning_shaped() {
         assert_eq!(rules[index]["id"], r["ruleId"]);
         assert!(matches!(r["level"].as_str(), Some("error" | "warning")));
         let loc = &r["locations"][0]["physicalLocation"];
-        assert_eq!(loc["artifactLocation"]["uri"], "../fixtures/cratebase.yaml");
+        // Relative to the repository root, never `../…` or absolute.
+        if idem_codegen::render::sarif_root().join(".git").exists() {
+            assert_eq!(loc["artifactLocation"]["uri"], "fixtures/cratebase.yaml");
+            assert_eq!(loc["artifactLocation"]["uriBaseId"], "%SRCROOT%");
+        }
         assert!(loc["region"]["startLine"].as_u64().unwrap() >= 1);
         assert!(r["partialFingerprints"].is_object());
     }
+}
+
+#[test]
+fn sarif_uris_are_relative_to_the_root_whatever_path_the_spec_is_given_by() {
+    use idem_codegen::{audit, load::Document, model, render};
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(root.join("api specs/v1")).unwrap();
+    let inside = root.join("api specs/v1/open api.yaml");
+    std::fs::copy(fixture("cratebase.yaml"), &inside).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let elsewhere = std::fs::canonicalize(outside.path())
+        .unwrap()
+        .join("cratebase.yaml");
+    std::fs::copy(fixture("cratebase.yaml"), &elsewhere).unwrap();
+
+    let sarif_of = |spec: &Path| {
+        let document = Document::load(spec).unwrap_or_else(|f| panic!("{}", f.error));
+        let model = model::build(document, &audit::rule_names()).unwrap();
+        let report = audit::audit(&model);
+        render::sarif_with_root(&model, &report, &root)
+    };
+    // Given by an absolute path, as workflows do with $GITHUB_WORKSPACE.
+    let v = sarif_of(&inside);
+    let run = &v["runs"][0];
+    assert_eq!(
+        run["originalUriBaseIds"]["%SRCROOT%"]["uri"],
+        format!("file://{}/", root.display()).replace(' ', "%20")
+    );
+    let location = &run["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"];
+    assert_eq!(location["uri"], "api%20specs/v1/open%20api.yaml");
+    assert_eq!(location["uriBaseId"], "%SRCROOT%");
+    // Given with `..` in it: the same URI.
+    let winding = root.join("api specs/../api specs/v1/./open api.yaml");
+    let v = sarif_of(&winding);
+    assert_eq!(
+        v["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+        "api%20specs/v1/open%20api.yaml"
+    );
+    // Outside the root: an absolute file URI and no base.
+    let v = sarif_of(&elsewhere);
+    let location =
+        &v["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"];
+    assert_eq!(location["uri"], format!("file://{}", elsewhere.display()));
+    assert!(location.get("uriBaseId").is_none());
 }
 
 #[test]
