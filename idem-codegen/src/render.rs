@@ -169,6 +169,98 @@ fn human(model: &Model, report: &Report, color: bool) -> String {
             report.known.len()
         ));
     }
+    if report.diagnostics.len() > DIGEST_HINT_AFTER {
+        out.push_str(&format!(
+            "{} findings: `idem audit --summary` counts them per rule and operation\n",
+            report.diagnostics.len()
+        ));
+    }
+    out.push_str(&summary_line(&report.summary));
+    out
+}
+
+/// Past this many findings, the human report points at `--summary`.
+const DIGEST_HINT_AFTER: usize = 20;
+
+/// Operations listed by `--summary`.
+const DIGEST_TOP: usize = 10;
+
+/// `idem audit --summary`: findings counted per rule, the operations with
+/// the most findings, and the summary line; what a 300-finding first run
+/// needs to be read.
+pub fn digest(report: &Report) -> String {
+    use std::collections::BTreeMap;
+    let mut out = String::new();
+    let mut per_rule: BTreeMap<&str, usize> = BTreeMap::new();
+    for d in &report.diagnostics {
+        *per_rule.entry(d.code).or_default() += 1;
+    }
+    if per_rule.is_empty() {
+        out.push_str("no findings\n");
+    } else {
+        out.push_str("findings per rule:\n");
+        let width = RULES.iter().map(|r| r.slug.len()).max().unwrap_or(0);
+        for rule in RULES {
+            if let Some(n) = per_rule.get(rule.code) {
+                out.push_str(&format!(
+                    "  {:>5}  {} {:<width$}  {}\n",
+                    n,
+                    rule.code,
+                    rule.slug,
+                    rule.severity.as_str()
+                ));
+            }
+        }
+    }
+    let mut per_op: BTreeMap<(&str, Method), (usize, Option<&str>, Vec<&str>)> = BTreeMap::new();
+    let mut document_level = 0usize;
+    for d in &report.diagnostics {
+        match &d.operation {
+            Some(o) => {
+                let entry = per_op.entry((o.path.as_str(), o.method)).or_insert((
+                    0,
+                    o.operation_id.as_deref(),
+                    Vec::new(),
+                ));
+                entry.0 += 1;
+                if !entry.2.contains(&d.code) {
+                    entry.2.push(d.code);
+                }
+            }
+            None => document_level += 1,
+        }
+    }
+    let mut ranked: Vec<_> = per_op.into_iter().collect();
+    for (_, (_, _, codes)) in &mut ranked {
+        codes.sort_unstable();
+    }
+    // Most findings first; ties in path order, as the BTreeMap gave them.
+    ranked.sort_by(|a, b| b.1.0.cmp(&a.1.0));
+    if !ranked.is_empty() {
+        out.push_str(&format!(
+            "operations with the most findings ({} of {} with any):\n",
+            ranked.len().min(DIGEST_TOP),
+            ranked.len()
+        ));
+        for ((path, method), (n, id, codes)) in ranked.iter().take(DIGEST_TOP) {
+            let id = id.map(|i| format!(" ({i})")).unwrap_or_default();
+            out.push_str(&format!(
+                "  {n:>5}  {method} {path}{id}: {}\n",
+                codes.join(", ")
+            ));
+        }
+    }
+    if document_level > 0 {
+        out.push_str(&format!(
+            "  {document_level:>5}  about the document as a whole\n"
+        ));
+    }
+    if !report.known.is_empty() {
+        out.push_str(&format!(
+            "{} known finding(s) from the baseline not counted\n",
+            report.known.len()
+        ));
+    }
     out.push_str(&summary_line(&report.summary));
     out
 }

@@ -215,6 +215,57 @@ fn github_annotations() {
 }
 
 #[test]
+fn summary_counts_findings_per_rule_and_operation() {
+    let o = idem(&["audit", "--summary", &fixture("cratebase.yaml")]);
+    assert_eq!(o.code, EXIT_FINDINGS, "{}", o.stderr);
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(lines[0], "findings per rule:");
+    assert!(
+        lines.iter().any(|l| l
+            .trim_start()
+            .starts_with("3  IDEM001 unkeyed-unsafe-write")),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("operations with the most findings ("),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains("POST /v2/refunds (createRefund): IDEM001"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        !o.stdout.contains("-->"),
+        "no individual findings: {}",
+        o.stdout
+    );
+    assert!(o.stdout.ends_with(
+        "summary: 5 operations, 4 state-changing, 1 keyed, 0 documented-unsafe; 3 errors, 4 warnings\n"
+    ));
+    let o = idem(&["audit", "--summary", &fixture("payments-clean.yaml")]);
+    assert_eq!(o.code, EXIT_CLEAN);
+    assert!(o.stdout.starts_with("no findings\n"), "{}", o.stdout);
+    // The machine formats carry every finding; `--summary` does not apply.
+    let o = idem(&[
+        "audit",
+        "--summary",
+        "--format",
+        "json",
+        &fixture("cratebase.yaml"),
+    ]);
+    assert_eq!(o.code, EXIT_ERROR);
+    assert!(
+        o.stderr.contains("`--summary` shapes the human report"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
 fn exit_codes_follow_the_threshold() {
     let clean = fixture("payments-clean.yaml");
     assert_eq!(idem(&["audit", &clean]).code, EXIT_CLEAN);
