@@ -115,6 +115,67 @@ pub(crate) fn read_body_key(
     }
 }
 
+/// Reads and validates field `field` of a form-urlencoded body
+/// (`a=1&IdempotencyKey=k-1`): `+` is a space and `%XX` a byte, as HTML
+/// forms encode them. A field given twice is refused, like a repeated header.
+pub(crate) fn read_form_key(
+    body: &[u8],
+    field: &str,
+    max_len: usize,
+) -> Result<BodyKey, KeyProblem> {
+    let mut found: Option<Vec<u8>> = None;
+    for pair in body.split(|b| *b == b'&').filter(|p| !p.is_empty()) {
+        let (name, value) = match pair.iter().position(|b| *b == b'=') {
+            Some(at) => {
+                let (name, rest) = pair.split_at(at);
+                (name, rest.get(1..).unwrap_or_default())
+            }
+            None => (pair, &[][..]),
+        };
+        // A name that does not decode is not the field.
+        if form_decode(name).ok().as_deref() != Some(field.as_bytes()) {
+            continue;
+        }
+        if found.is_some() {
+            return Err(KeyProblem::Repeated);
+        }
+        found = Some(form_decode(value)?);
+    }
+    match found {
+        Some(value) => validate(&value, max_len).map(BodyKey::Found),
+        None => Ok(BodyKey::Absent),
+    }
+}
+
+fn form_decode(raw: &[u8]) -> Result<Vec<u8>, KeyProblem> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while let Some(&b) = raw.get(i) {
+        match b {
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b'%' => {
+                let hi = raw.get(i + 1).and_then(|d| char::from(*d).to_digit(16));
+                let lo = raw.get(i + 2).and_then(|d| char::from(*d).to_digit(16));
+                match (hi, lo) {
+                    (Some(hi), Some(lo)) => {
+                        out.push(u8::try_from(hi * 16 + lo).unwrap_or(u8::MAX));
+                        i += 3;
+                    }
+                    _ => return Err(KeyProblem::MalformedEscape { position: i }),
+                }
+            }
+            _ => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// SHA-256 over method, path (with query) and the canonical body, hex-encoded.
 ///
 /// A JSON body is canonicalized (object keys sorted, insignificant whitespace
@@ -259,6 +320,35 @@ mod tests {
             None
         };
         super::fingerprint(method, path, json.as_ref(), body)
+    }
+
+    #[test]
+    fn read_form_key_decodes_one_field() {
+        let read = |body: &str| read_form_key(body.as_bytes(), "IdempotencyKey", 16);
+        assert_eq!(
+            read("Body=hi&IdempotencyKey=k-1"),
+            Ok(BodyKey::Found("k-1".into()))
+        );
+        assert_eq!(
+            read("IdempotencyKey=k%2D2&To=x"),
+            Ok(BodyKey::Found("k-2".into()))
+        );
+        assert_eq!(read("Idempotency%4Bey=k3"), Ok(BodyKey::Found("k3".into())));
+        assert_eq!(read("Body=hi"), Ok(BodyKey::Absent));
+        assert_eq!(read(""), Ok(BodyKey::Absent));
+        assert_eq!(read("IdempotencyKey="), Err(KeyProblem::Empty));
+        assert_eq!(
+            read("IdempotencyKey=a+b"),
+            Err(KeyProblem::NotVisibleAscii { position: 1 })
+        );
+        assert_eq!(
+            read("IdempotencyKey=a&IdempotencyKey=b"),
+            Err(KeyProblem::Repeated)
+        );
+        assert_eq!(
+            read("IdempotencyKey=%zz"),
+            Err(KeyProblem::MalformedEscape { position: 0 })
+        );
     }
 
     #[test]
