@@ -358,6 +358,8 @@ pub fn json_report(model: &Model, report: &Report) -> Json {
         .collect();
     json!({
         "spec": sources.display(model.document.root().pos.file),
+        // As written: `2.0` for a Swagger document, read as OpenAPI 3.0.
+        "version": model.document.version_text,
         "operations": operations,
         "webhooks": webhooks,
         "diagnostics": report.diagnostics.iter().map(|d| diagnostic_json(sources, d)).collect::<Vec<_>>(),

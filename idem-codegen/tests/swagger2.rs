@@ -294,6 +294,14 @@ fn findings_point_into_the_2_0_file() {
         "{out}"
     );
     assert!(out.contains("api.yaml:30:5"), "{out}");
+    let mut json = Vec::new();
+    run(
+        ["idem", "audit", "--format", "json", spec.to_str().unwrap()],
+        &mut json,
+        &mut Vec::new(),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(v["version"], "2.0");
 }
 
 #[test]

@@ -19,6 +19,15 @@ idempotent (a POST or PATCH with no declared effect, or any method whose
 `external`), it accepts no idempotency key, and it carries no `unsafe-retry`
 warning for integrators.
 
+An operation accepts a key when it declares `key: required | optional`,
+inherits the document root's `key:`, or already shows one: a key header
+(`Idempotency-Key`, `X-Idempotency-Key`, `PayPal-Request-Id`,
+`Repeatability-Request-ID`, `…-Idempotency-Key`) or a top-level request-body
+field named `idempotency_key`, `idempotencyKey` or `IdempotencyKey`. A trace
+id such as `X-Request-Id` is not a key. When a POST's path or operationId
+reads like a query (`…/search`, `/accounts/get`, `listOrders`), the help line
+suggests `effect: read`: RPC-style APIs send reads as POSTs.
+
 ## Why is this bad?
 Networks fail after the server acted and before the client heard back. The
 client cannot tell "never arrived" from "done, answer lost", so it retries,
