@@ -1,3 +1,7 @@
+#![allow(
+    clippy::expect_used,
+    reason = "a benchmark harness run by hand: a failed setup step ends the run with its message"
+)]
 //! Whole-process benchmark of `idem audit` against a parse-only floor.
 //!
 //! ```text

@@ -212,7 +212,9 @@ pub fn digest(report: &Report) -> String {
             }
         }
     }
-    let mut per_op: BTreeMap<(&str, Method), (usize, Option<&str>, Vec<&str>)> = BTreeMap::new();
+    /// Findings, the operation id, and the rules that found them.
+    type Tally<'r> = (usize, Option<&'r str>, Vec<&'static str>);
+    let mut per_op: BTreeMap<(&str, Method), Tally<'_>> = BTreeMap::new();
     let mut document_level = 0usize;
     for d in &report.diagnostics {
         match &d.operation {
@@ -235,7 +237,7 @@ pub fn digest(report: &Report) -> String {
         codes.sort_unstable();
     }
     // Most findings first; ties in path order, as the BTreeMap gave them.
-    ranked.sort_by(|a, b| b.1.0.cmp(&a.1.0));
+    ranked.sort_by_key(|(_, (n, _, _))| std::cmp::Reverse(*n));
     if !ranked.is_empty() {
         out.push_str(&format!(
             "operations with the most findings ({} of {} with any):\n",

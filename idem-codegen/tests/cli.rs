@@ -1,3 +1,8 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "helpers of a test binary: a failed unwrap is a failed test"
+)]
 //! The `idem` command line, driven in-process through `cli::run` (the same
 //! code the binary runs) and once as a real process.
 

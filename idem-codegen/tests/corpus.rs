@@ -1,3 +1,8 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "helpers of a test binary: a failed unwrap is a failed test"
+)]
 //! Every document under `../shared/specs` (real public API descriptions)
 //! audits or fails with a clear error; none panics. Skips, saying so, when
 //! the folder is absent. `IDEM_SPECS_DIR` points elsewhere.

@@ -1,3 +1,8 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "helpers of a test binary: a failed unwrap is a failed test"
+)]
 //! How an operation comes to take a key: declared with `key:`, inherited
 //! from the document root's `key:`, or inferred from what the spec already
 //! shows (a key header, a key-named body field); and how that is reported.

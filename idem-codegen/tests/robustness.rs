@@ -1,3 +1,8 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "helpers of a test binary: a failed unwrap is a failed test"
+)]
 //! Hostile and broken input: every case ends in a clear error with its
 //! location (exit 2) or a result — never a panic, a hang or unbounded memory.
 

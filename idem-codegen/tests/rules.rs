@@ -1,3 +1,8 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "helpers of a test binary: a failed unwrap is a failed test"
+)]
 //! The rules, tested the way ruff and clippy test theirs: a fixture per rule
 //! (`fixtures/rules/<slug>.yaml`) with cases that must fire and near-misses
 //! that must not, a snapshot of each rule's rendered diagnostics, meta-tests

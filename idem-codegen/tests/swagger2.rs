@@ -1,3 +1,8 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "helpers of a test binary: a failed unwrap is a failed test"
+)]
 //! Swagger 2.0 documents are read into the OpenAPI 3.0 shape at load time
 //! (`fixtures/swagger2/api.yaml`, with definitions and a parameter in other
 //! files), every node keeping its position; the model, and so the audit and

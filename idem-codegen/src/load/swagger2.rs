@@ -101,6 +101,13 @@ fn map(entries: Vec<(Key, Node)>, pos: Pos) -> Node {
     }
 }
 
+fn seq(items: Vec<Node>, pos: Pos) -> Node {
+    Node {
+        value: Value::Seq(items),
+        pos,
+    }
+}
+
 fn strings(node: Option<&Node>) -> Option<Vec<String>> {
     node.and_then(Node::as_seq)
         .map(|items| items.iter().filter_map(Node::scalar_text).collect())
@@ -214,13 +221,7 @@ impl<'a> Converter<'a> {
         for (k, v) in entries {
             if k.name == "parameters" {
                 if !shared.list.is_empty() {
-                    out.push((
-                        k.clone(),
-                        Node {
-                            value: Value::Seq(shared.list.clone()),
-                            pos: v.pos,
-                        },
-                    ));
+                    out.push((k.clone(), seq(shared.list.clone(), v.pos)));
                 }
             } else if METHODS.contains(&k.name.as_str()) {
                 let op = self.refs.resolve(v).unwrap_or(v);
@@ -294,13 +295,7 @@ impl<'a> Converter<'a> {
                 "consumes" | "produces" | "schemes" => {}
                 "parameters" => {
                     if !own.list.is_empty() {
-                        out.push((
-                            k.clone(),
-                            Node {
-                                value: Value::Seq(own.list.clone()),
-                                pos: v.pos,
-                            },
-                        ));
+                        out.push((k.clone(), seq(own.list.clone(), v.pos)));
                     }
                     if let Some(request) = request_body(body, &form, &consumes) {
                         out.push((key("requestBody", request.pos), request));
@@ -411,19 +406,20 @@ fn servers(doc: &Node, pos: Pos) -> Node {
             .map(|s| format!("{s}://{host}{base}"))
             .collect()
     };
-    Node {
-        value: Value::Seq(
-            urls.iter()
-                .map(|u| map(vec![(key("url", pos), string(u, pos))], pos))
-                .collect(),
-        ),
+    seq(
+        urls.iter()
+            .map(|u| map(vec![(key("url", pos), string(u, pos))], pos))
+            .collect(),
         pos,
-    }
+    )
 }
+
+/// A mapping's entries.
+type Entries = Vec<(Key, Node)>;
 
 /// Split a parameter, header or items object into what stays and what
 /// moves into `schema`.
-fn split_schema(node: &Node) -> (Vec<(Key, Node)>, Vec<(Key, Node)>) {
+fn split_schema(node: &Node) -> (Entries, Entries) {
     let mut kept = Vec::new();
     let mut schema = Vec::new();
     for (k, v) in node.as_map().unwrap_or(&[]) {
@@ -583,13 +579,7 @@ fn request_body(body: Option<&Node>, form: &[&Node], consumes: &[String]) -> Opt
     ];
     let any_required = !required.is_empty();
     if any_required {
-        schema.push((
-            key("required", pos),
-            Node {
-                value: Value::Seq(required),
-                pos,
-            },
-        ));
+        schema.push((key("required", pos), seq(required, pos)));
     }
     let schema = map(schema, pos);
     let content = media

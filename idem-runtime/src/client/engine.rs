@@ -375,18 +375,8 @@ impl RetryClient {
         };
         let http = self.http.clone();
         let prepare = move |attempt: &mut Attempt| -> Result<Prepared<_>, reqwest::Error> {
-            let mut request = build(&http, attempt.key.as_ref()).build()?;
-            for (name, value) in attempt.headers() {
-                request.headers_mut().insert(name, value.clone());
-            }
-            let url = request.url();
-            let host = url
-                .host_str()
-                .map(|h| format!("{h}:{}", url.port_or_known_default().unwrap_or(0)));
-            Ok(Prepared {
-                host,
-                future: http.execute(request),
-            })
+            let request = build(&http, attempt.key.as_ref()).build()?;
+            Ok(dispatch(&http, request, attempt))
         };
         self.run(operation, key, minted, None, prepare).await
     }
@@ -405,7 +395,7 @@ impl RetryClient {
         let key_header = self.policy.key_header.clone();
         let header_key = operation.body_key.is_none();
         let prepare = move |attempt: &mut Attempt| -> Result<Prepared<_>, reqwest::Error> {
-            let mut request = build(&http).build()?;
+            let request = build(&http).build()?;
             if header_key && attempt.number == 1 && attempt.minted {
                 let supplied = request
                     .headers()
@@ -416,17 +406,7 @@ impl RetryClient {
                     attempt.set_key(supplied, &key_header);
                 }
             }
-            for (name, value) in attempt.headers() {
-                request.headers_mut().insert(name, value.clone());
-            }
-            let url = request.url();
-            let host = url
-                .host_str()
-                .map(|h| format!("{h}:{}", url.port_or_known_default().unwrap_or(0)));
-            Ok(Prepared {
-                host,
-                future: http.execute(request),
-            })
+            Ok(dispatch(&http, request, attempt))
         };
         self.run(operation, key, minted, None, prepare).await
     }
@@ -792,6 +772,26 @@ impl RetryClient {
             "call failed"
         );
         Err(error)
+    }
+}
+
+/// One attempt's request, with the attempt's headers, on its way: the host
+/// (for the circuit breaker) and the future of its response.
+fn dispatch(
+    http: &reqwest::Client,
+    mut request: reqwest::Request,
+    attempt: &Attempt,
+) -> Prepared<impl Future<Output = Result<Response, reqwest::Error>> + use<>> {
+    for (name, value) in attempt.headers() {
+        request.headers_mut().insert(name, value.clone());
+    }
+    let url = request.url();
+    let host = url
+        .host_str()
+        .map(|h| format!("{h}:{}", url.port_or_known_default().unwrap_or(0)));
+    Prepared {
+        host,
+        future: http.execute(request),
     }
 }
 

@@ -223,22 +223,20 @@ impl<DB: Backend> Idempotency<DB> {
             }
             Err(_) => return Err(IdempotencyError::BodyUnreadable),
         };
-        let is_json = parts
+        let essence = parts
             .headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| {
-                let essence = ct.split(';').next().unwrap_or("").trim();
-                essence.eq_ignore_ascii_case("application/json") || essence.ends_with("+json")
-            });
-        let is_form = parts
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| {
-                let essence = ct.split(';').next().unwrap_or("").trim();
-                essence.eq_ignore_ascii_case("application/x-www-form-urlencoded")
-            });
+            .map(|ct| {
+                ct.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            })
+            .unwrap_or_default();
+        let is_json = essence == "application/json" || essence.ends_with("+json");
+        let is_form = essence == "application/x-www-form-urlencoded";
         let key_in_body = policy.key_in == KeyIn::Body;
         // Parsed once, for the body key and the canonical fingerprint both.
         let json = if is_json || (key_in_body && !is_form) {

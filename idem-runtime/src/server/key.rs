@@ -62,7 +62,12 @@ pub(crate) fn encode_path_key(key: &str) -> String {
 /// exactly like a header key. A `%` without two hex digits after it is
 /// refused rather than passed through, so one key has one spelling.
 pub(crate) fn read_path_key(segment: &str, max_len: usize) -> Result<String, KeyProblem> {
-    let raw = segment.as_bytes();
+    validate(&percent_decode(segment.as_bytes(), false)?, max_len)
+}
+
+/// `%XX` → the byte; with `plus_is_space` (form bodies), `+` → a space. A
+/// `%` without two hex digits after it is refused, at its byte offset.
+fn percent_decode(raw: &[u8], plus_is_space: bool) -> Result<Vec<u8>, KeyProblem> {
     let mut decoded = Vec::with_capacity(raw.len());
     let mut i = 0;
     while let Some(&b) = raw.get(i) {
@@ -78,11 +83,11 @@ pub(crate) fn read_path_key(segment: &str, max_len: usize) -> Result<String, Key
                 _ => return Err(KeyProblem::MalformedEscape { position: i }),
             }
         } else {
-            decoded.push(b);
+            decoded.push(if plus_is_space && b == b'+' { b' ' } else { b });
             i += 1;
         }
     }
-    validate(&decoded, max_len)
+    Ok(decoded)
 }
 
 /// Where a key in the body stands.
@@ -133,47 +138,18 @@ pub(crate) fn read_form_key(
             None => (pair, &[][..]),
         };
         // A name that does not decode is not the field.
-        if form_decode(name).ok().as_deref() != Some(field.as_bytes()) {
+        if percent_decode(name, true).ok().as_deref() != Some(field.as_bytes()) {
             continue;
         }
         if found.is_some() {
             return Err(KeyProblem::Repeated);
         }
-        found = Some(form_decode(value)?);
+        found = Some(percent_decode(value, true)?);
     }
     match found {
         Some(value) => validate(&value, max_len).map(BodyKey::Found),
         None => Ok(BodyKey::Absent),
     }
-}
-
-fn form_decode(raw: &[u8]) -> Result<Vec<u8>, KeyProblem> {
-    let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while let Some(&b) = raw.get(i) {
-        match b {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b'%' => {
-                let hi = raw.get(i + 1).and_then(|d| char::from(*d).to_digit(16));
-                let lo = raw.get(i + 2).and_then(|d| char::from(*d).to_digit(16));
-                match (hi, lo) {
-                    (Some(hi), Some(lo)) => {
-                        out.push(u8::try_from(hi * 16 + lo).unwrap_or(u8::MAX));
-                        i += 3;
-                    }
-                    _ => return Err(KeyProblem::MalformedEscape { position: i }),
-                }
-            }
-            _ => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// SHA-256 over method, path (with query) and the canonical body, hex-encoded.
