@@ -28,7 +28,7 @@ pub struct Document {
     trees: Vec<Node>,
     by_path: HashMap<PathBuf, FileId>,
     pub version: Version,
-    /// The version string as written (`3.0.3`).
+    /// The version string as written (`3.0.3`, or `2.0` for Swagger).
     pub version_text: String,
 }
 
