@@ -64,7 +64,7 @@ pub struct DocsArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct AuditArgs {
-    /// The OpenAPI document (YAML or JSON, 3.0 / 3.1 / 3.2).
+    /// The API description (YAML or JSON; OpenAPI 3.0 / 3.1 / 3.2 or Swagger 2.0).
     pub spec: PathBuf,
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
@@ -80,6 +80,10 @@ pub struct AuditArgs {
     /// Colour: auto (on a terminal, unless NO_COLOR is set), always or never.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
+    /// Instead of each finding, print counts per rule and the operations
+    /// with the most findings (human format).
+    #[arg(long)]
+    pub summary: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -266,6 +270,19 @@ fn run_audit(
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> std::io::Result<i32> {
+    if args.summary && args.format != Format::Human {
+        writeln!(
+            stderr,
+            "error: `--summary` shapes the human report; `--format {}` always carries every finding",
+            match args.format {
+                Format::Json => "json",
+                Format::Sarif => "sarif",
+                Format::Github => "github",
+                Format::Human => "human",
+            }
+        )?;
+        return Ok(EXIT_ERROR);
+    }
     let color = use_color(args.color, std::io::stdout().is_terminal());
     let err_color = use_color(args.color, std::io::stderr().is_terminal());
     let Some(model) = load_model(&args.spec, stderr, err_color)? else {
@@ -294,7 +311,12 @@ fn run_audit(
             }
         }
     }
-    stdout.write_all(render::report(&model, &report, args.format, color).as_bytes())?;
+    let text = if args.summary {
+        render::digest(&report)
+    } else {
+        render::report(&model, &report, args.format, color)
+    };
+    stdout.write_all(text.as_bytes())?;
     let threshold = if args.deny.is_some() {
         Severity::Warning
     } else {

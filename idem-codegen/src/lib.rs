@@ -1,7 +1,8 @@
 //! idem-codegen: load an OpenAPI document, model its retry contract, audit it.
 //!
-//! The pipeline runs one way: [`load`] (YAML or JSON, multi-file `$ref`s, every
-//! node keeps its position) → [`model`] (one [`model::Operation`] per path and
+//! The pipeline runs one way: [`load`] (YAML or JSON, OpenAPI 3.x or Swagger
+//! 2.0 read as 3.0, multi-file `$ref`s, YAML merge keys, every node keeps its
+//! position) → [`model`] (one [`model::Operation`] per path and
 //! method, with its retry class, key policy, retry policy and phases) →
 //! [`audit`] (rules over the model) → [`render`] (human, JSON, SARIF, GitHub),
 //! and generation from the same model: [`generate`] (the client SDK) and

@@ -7,12 +7,17 @@ use std::path::{Path, PathBuf};
 use crate::source::{FileId, Pos, SourceMap};
 use crate::tree::{self, Limits, Node, TreeError, Value};
 
-/// The OpenAPI versions idem reads.
+mod swagger2;
+
+/// The OpenAPI versions idem reads. A Swagger 2.0 document is read into the
+/// same 3.0-shaped tree at load time (see `swagger2`), so everything after
+/// the loader sees OpenAPI 3 only; `V2_0` says what the user wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Version {
     V3_0,
     V3_1,
     V3_2,
+    V2_0,
 }
 
 /// A loaded document: the root file, every file reached through `$ref`, and
@@ -23,7 +28,7 @@ pub struct Document {
     trees: Vec<Node>,
     by_path: HashMap<PathBuf, FileId>,
     pub version: Version,
-    /// The version string as written (`3.0.3`).
+    /// The version string as written (`3.0.3`, or `2.0` for Swagger).
     pub version_text: String,
 }
 
@@ -37,7 +42,7 @@ pub enum LoadError {
     TooLarge { path: String, size: u64, limit: u64 },
     #[error("{error}")]
     Tree { error: TreeError },
-    #[error("unsupported version: {what} (idem reads OpenAPI 3.0, 3.1 and 3.2)")]
+    #[error("unsupported version: {what} (idem reads Swagger 2.0 and OpenAPI 3.0, 3.1 and 3.2)")]
     Unsupported { what: String, pos: Pos },
     #[error("not an OpenAPI document: {reason}")]
     NotOpenApi { reason: String, pos: Pos },
@@ -55,6 +60,13 @@ pub enum LoadError {
     },
     #[error("`$ref` cycle: {chain}")]
     RefCycle { chain: String, pos: Pos },
+    #[error("`{path}` is not UTF-8: invalid byte 0x{byte:02X} at offset {offset}")]
+    NotUtf8 {
+        path: String,
+        byte: u8,
+        offset: usize,
+        pos: Pos,
+    },
 }
 
 impl LoadError {
@@ -67,7 +79,8 @@ impl LoadError {
             | LoadError::NotOpenApi { pos, .. }
             | LoadError::MissingRefFile { pos, .. }
             | LoadError::BadRef { pos, .. }
-            | LoadError::RefCycle { pos, .. } => Some(*pos),
+            | LoadError::RefCycle { pos, .. }
+            | LoadError::NotUtf8 { pos, .. } => Some(*pos),
         }
     }
 }
@@ -120,6 +133,31 @@ impl Document {
     /// Follow `node`'s `$ref` (and any chain of them) to the node it names.
     /// A node without `$ref` is returned as is.
     pub fn resolve<'a>(&'a self, node: &'a Node) -> Result<&'a Node, LoadError> {
+        self.refs().resolve(node)
+    }
+
+    fn refs(&self) -> Refs<'_> {
+        Refs {
+            trees: &self.trees,
+            by_path: &self.by_path,
+            sources: &self.sources,
+        }
+    }
+}
+
+/// The loaded files seen as one graph of `$ref`s: what [`Document::resolve`]
+/// follows, and what the Swagger 2.0 normalization follows before there is a
+/// `Document`.
+#[derive(Clone, Copy)]
+pub(crate) struct Refs<'a> {
+    trees: &'a [Node],
+    by_path: &'a HashMap<PathBuf, FileId>,
+    sources: &'a SourceMap,
+}
+
+impl<'a> Refs<'a> {
+    /// Follow `node`'s `$ref` (and any chain of them) to the node it names.
+    pub(crate) fn resolve(&self, node: &'a Node) -> Result<&'a Node, LoadError> {
         let mut current = node;
         let mut seen: Vec<(FileId, String)> = Vec::new();
         while let Some(reference) = ref_target(current) {
@@ -153,6 +191,24 @@ impl Document {
             })?;
         }
         Ok(current)
+    }
+
+    /// The file a `$ref` written at `at` names (relative to `at`'s file).
+    pub(crate) fn file_of(&self, at: &Node, reference: &str) -> Option<FileId> {
+        self.locate(at, reference).ok().map(|(file, _)| file)
+    }
+
+    /// The file a `$ref`'s file part names, seen from file `from` (an empty
+    /// part is `from` itself).
+    pub(crate) fn target_file(&self, from: FileId, file_part: &str) -> Option<FileId> {
+        if file_part.is_empty() {
+            return Some(from);
+        }
+        if is_remote(file_part) {
+            return None;
+        }
+        let base = self.sources.get(from).map(|f| f.path.clone())?;
+        self.by_path.get(&relative_to(&base, file_part)).copied()
     }
 
     /// The file and JSON-pointer fragment a `$ref` string names, relative to
@@ -285,8 +341,8 @@ struct Loader<'l> {
 
 impl Loader<'_> {
     fn run(&mut self, path: &Path) -> Result<(Version, String), LoadError> {
-        let text = self.read(path)?;
-        let root = self.add_text(normalize(path), text)?;
+        let bytes = self.read(path)?;
+        let root = self.add_bytes(normalize(path), bytes)?;
         self.finish(root)
     }
 
@@ -309,7 +365,7 @@ impl Loader<'_> {
                     }
                     continue;
                 }
-                let text = self.read(&target).map_err(|e| LoadError::MissingRefFile {
+                let bytes = self.read(&target).map_err(|e| LoadError::MissingRefFile {
                     target: target.display().to_string(),
                     reason: match e {
                         LoadError::Read { reason, .. } => reason,
@@ -317,15 +373,28 @@ impl Loader<'_> {
                     },
                     pos,
                 })?;
-                let id = self.add_text(target, text)?;
+                let id = self.add_bytes(target, bytes)?;
                 queued.insert(id);
                 queue.push_back(id);
+            }
+        }
+        if version.0 == Version::V2_0 {
+            let refs = Refs {
+                trees: &self.trees,
+                by_path: &self.by_path,
+                sources: &self.sources,
+            };
+            let converted = swagger2::normalize(refs, root);
+            for (file, tree) in converted {
+                if let Some(slot) = self.trees.get_mut(file.0 as usize) {
+                    *slot = tree;
+                }
             }
         }
         Ok(version)
     }
 
-    fn read(&self, path: &Path) -> Result<String, LoadError> {
+    fn read(&self, path: &Path) -> Result<Vec<u8>, LoadError> {
         let shown = path.display().to_string();
         let meta = std::fs::metadata(path).map_err(|e| LoadError::Read {
             path: shown.clone(),
@@ -344,17 +413,38 @@ impl Loader<'_> {
                 limit: self.limits.max_file_bytes,
             });
         }
-        let bytes = std::fs::read(path).map_err(|e| LoadError::Read {
-            path: shown.clone(),
-            reason: e.to_string(),
-        })?;
-        String::from_utf8(bytes).map_err(|e| LoadError::Read {
+        std::fs::read(path).map_err(|e| LoadError::Read {
             path: shown,
-            reason: format!(
-                "not UTF-8 (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ),
+            reason: e.to_string(),
         })
+    }
+
+    /// Add a file's bytes; text that is not UTF-8 is refused at the line and
+    /// column of its first bad byte (the file is kept, decoded lossily, so
+    /// the error can show the line).
+    fn add_bytes(&mut self, path: PathBuf, bytes: Vec<u8>) -> Result<FileId, LoadError> {
+        match String::from_utf8(bytes) {
+            Ok(text) => self.add_text(path, text),
+            Err(e) => {
+                let offset = e.utf8_error().valid_up_to();
+                let bytes = e.into_bytes();
+                let byte = bytes.get(offset).copied().unwrap_or(0);
+                let valid =
+                    String::from_utf8_lossy(bytes.get(..offset).unwrap_or(&[])).into_owned();
+                let line = valid.matches('\n').count() + 1;
+                let column = valid.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                let shown = path.display().to_string();
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                let id = self.sources.add(path.clone(), text);
+                self.by_path.insert(path, id);
+                Err(LoadError::NotUtf8 {
+                    path: shown,
+                    byte,
+                    offset,
+                    pos: Pos::new(id, line, column),
+                })
+            }
+        }
     }
 
     fn add_text(&mut self, path: PathBuf, text: String) -> Result<FileId, LoadError> {
@@ -376,9 +466,20 @@ fn detect_version(root: &Node) -> Result<(Version, String), LoadError> {
         });
     }
     if let Some(node) = root.get("swagger") {
+        let text = node.scalar_text().unwrap_or_default();
+        if text == "2.0" || text.starts_with("2.0.") {
+            return Ok((Version::V2_0, text));
+        }
+        return Err(LoadError::Unsupported {
+            what: format!("Swagger `{text}`"),
+            pos: node.pos,
+        });
+    }
+    // Swagger 1.x named its version `swaggerVersion`.
+    if let Some(node) = root.get("swaggerVersion") {
         return Err(LoadError::Unsupported {
             what: format!(
-                "Swagger {}; convert it to OpenAPI 3 first (for example with swagger2openapi)",
+                "Swagger `{}`; convert it to OpenAPI 3 first",
                 node.scalar_text().unwrap_or_default()
             ),
             pos: node.pos,

@@ -8,7 +8,7 @@ use crate::load::{Document, LoadError};
 use crate::source::Pos;
 use crate::tree::Node;
 use crate::vocab::{
-    Backoff, Budget, Effect, ExtensionError, FailureReplay, IdempotencyExt, InFlight, KeyIn,
+    Backoff, Budget, Effect, ExtensionError, FailureReplay, IdempotencyExt, InFlight,
     KeyRequirement, Level, Located, Reader, RetryExt, Scope, Waiver,
 };
 
@@ -222,6 +222,31 @@ pub struct RequestBody {
     pub description: Option<String>,
     /// The body in each media type the operation accepts.
     pub media: Vec<Media>,
+    /// Top-level fields named like an idempotency key ([`BODY_KEY_FIELDS`]),
+    /// from every media type's schema (JSON and form bodies alike), through
+    /// `$ref` and `allOf`.
+    pub key_fields: Vec<BodyField>,
+}
+
+impl RequestBody {
+    /// The key-named field `name`, if the body has it.
+    pub fn key_field(&self, name: &str) -> Option<&BodyField> {
+        self.key_fields.iter().find(|f| f.name == name)
+    }
+}
+
+/// One top-level request-body field, as the key rules need it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BodyField {
+    /// The field's name as written (`idempotency_key`, `IdempotencyKey`).
+    pub name: String,
+    /// Listed in its schema's `required`.
+    pub required: bool,
+    /// JSON Schema `type` when one is given.
+    pub schema_type: Option<String>,
+    pub max_length: Option<u64>,
+    /// The property's key in the schema (possibly another file).
+    pub pos: Pos,
 }
 
 /// Where the key travels and how it was found.
@@ -236,16 +261,50 @@ pub enum KeySource {
     Body { field: String },
 }
 
+/// How idem learned that an operation takes a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyOrigin {
+    /// `key: required | optional` on the operation (or an alias such as
+    /// `x-fern-idempotent`).
+    Declared,
+    /// The document root's `key:`, inherited by an operation that is not
+    /// idempotent by its effect.
+    RootDefault,
+    /// No `key:` reached the operation; the spec already shows the key (a
+    /// key header parameter or a key-named body field).
+    Inferred,
+}
+
+impl KeyOrigin {
+    /// `declared` or `inferred`, as the JSON output's `key_source` says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyOrigin::Declared | KeyOrigin::RootDefault => "declared",
+            KeyOrigin::Inferred => "inferred",
+        }
+    }
+}
+
 /// An operation's idempotency-key policy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyPolicy {
     pub requirement: KeyRequirement,
     /// How the key is sent; `None` when the operation takes no key.
     pub source: Option<KeySource>,
-    /// The `key:` the spec declared, if any.
+    /// The `key:` that applies, if any: the operation's own, or the root's
+    /// default (see [`KeyPolicy::origin`]).
     pub declared: Option<Located<KeyRequirement>>,
     /// A key-like parameter that is not a header (e.g. `?idempotency_key=`).
     pub misplaced: Option<usize>,
+    /// How the key was found; `None` when the operation takes no key.
+    pub origin: Option<KeyOrigin>,
+}
+
+impl KeyPolicy {
+    /// Whether the requirement comes from the document root's `key:`.
+    pub fn from_root(&self) -> bool {
+        self.origin == Some(KeyOrigin::RootDefault)
+    }
 }
 
 /// The effective `x-idempotency` settings of an operation (root merged with the
@@ -503,9 +562,35 @@ pub(crate) fn retry_policy(ext: &RetryExt) -> RetryPolicy {
 /// The key's name when it travels in the body.
 pub const BODY_KEY_FIELD: &str = "idempotency_key";
 
-/// Header names real APIs use for the key, matched case-insensitively.
-pub const COMMON_KEY_HEADERS: &[&str] = &["Idempotency-Key", "X-Idempotency-Key"];
+/// Top-level request-body field names that carry a key: Square and Plaid
+/// (`idempotency_key`), JavaScript-style APIs (`idempotencyKey`), Twilio
+/// (`IdempotencyKey`). Matched exactly: a field named `key` is not a key.
+pub const BODY_KEY_FIELDS: &[&str] = &[BODY_KEY_FIELD, "idempotencyKey", "IdempotencyKey"];
 
-pub(crate) fn key_in(ext: &IdempotencyExt) -> KeyIn {
-    ext.key_in.map_or(KeyIn::Header, |k| k.value)
+/// Header names real APIs use for the key, matched case-insensitively: the
+/// IETF draft's `Idempotency-Key` (Stripe, Adyen, Xero, Dwolla, Lob,
+/// Resend), Mercado Pago's `X-Idempotency-Key`, PayPal's `PayPal-Request-Id`
+/// and Azure's `Repeatability-Request-ID` (OASIS Repeatable Requests).
+/// Vendor-prefixed names ending in `-Idempotency-Key` or `-Idempotence-Key`
+/// count too ([`is_common_key_header`]). Trace ids (`X-Request-Id`,
+/// `X-Correlation-Id`) do not: a server does not deduplicate by them.
+pub const COMMON_KEY_HEADERS: &[&str] = &[
+    "Idempotency-Key",
+    "X-Idempotency-Key",
+    "PayPal-Request-Id",
+    "Repeatability-Request-ID",
+];
+
+/// Whether `name` is a header real APIs carry the key in: one of
+/// [`COMMON_KEY_HEADERS`], or a vendor-prefixed `…-Idempotency-Key` /
+/// `…-Idempotence-Key` (Klarna's `Klarna-Idempotency-Key`, Qonto's
+/// `X-Qonto-Idempotency-Key`, Chargebee's `chargebee-idempotency-key`,
+/// Worldline's `X-GCS-Idempotence-Key`).
+pub fn is_common_key_header(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    COMMON_KEY_HEADERS
+        .iter()
+        .any(|h| h.eq_ignore_ascii_case(&lower))
+        || lower.ends_with("-idempotency-key")
+        || lower.ends_with("-idempotence-key")
 }

@@ -1,13 +1,15 @@
 //! Front ends for diagnostics: rustc-style text, JSON, SARIF 2.1.0 and GitHub
 //! workflow commands. All four carry the same facts.
 
+use std::path::{Path, PathBuf};
+
 use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
 use serde_json::{Value as Json, json};
 
 use crate::audit::{Diagnostic, RULES, Report, Severity, Summary};
 use crate::load::LoadError;
-use crate::model::{Method, Model, Operation};
-use crate::source::{Pos, SourceMap};
+use crate::model::{KeyOrigin, KeySource, Method, Model, Operation};
+use crate::source::{FileId, Pos, SourceMap};
 use crate::vocab::{Effect, KeyRequirement};
 
 /// Output formats of `idem audit`.
@@ -167,6 +169,100 @@ fn human(model: &Model, report: &Report, color: bool) -> String {
             report.known.len()
         ));
     }
+    if report.diagnostics.len() > DIGEST_HINT_AFTER {
+        out.push_str(&format!(
+            "{} findings: `idem audit --summary` counts them per rule and operation\n",
+            report.diagnostics.len()
+        ));
+    }
+    out.push_str(&summary_line(&report.summary));
+    out
+}
+
+/// Past this many findings, the human report points at `--summary`.
+const DIGEST_HINT_AFTER: usize = 20;
+
+/// Operations listed by `--summary`.
+const DIGEST_TOP: usize = 10;
+
+/// `idem audit --summary`: findings counted per rule, the operations with
+/// the most findings, and the summary line; what a 300-finding first run
+/// needs to be read.
+pub fn digest(report: &Report) -> String {
+    use std::collections::BTreeMap;
+    let mut out = String::new();
+    let mut per_rule: BTreeMap<&str, usize> = BTreeMap::new();
+    for d in &report.diagnostics {
+        *per_rule.entry(d.code).or_default() += 1;
+    }
+    if per_rule.is_empty() {
+        out.push_str("no findings\n");
+    } else {
+        out.push_str("findings per rule:\n");
+        let width = RULES.iter().map(|r| r.slug.len()).max().unwrap_or(0);
+        for rule in RULES {
+            if let Some(n) = per_rule.get(rule.code) {
+                out.push_str(&format!(
+                    "  {:>5}  {} {:<width$}  {}\n",
+                    n,
+                    rule.code,
+                    rule.slug,
+                    rule.severity.as_str()
+                ));
+            }
+        }
+    }
+    /// Findings, the operation id, and the rules that found them.
+    type Tally<'r> = (usize, Option<&'r str>, Vec<&'static str>);
+    let mut per_op: BTreeMap<(&str, Method), Tally<'_>> = BTreeMap::new();
+    let mut document_level = 0usize;
+    for d in &report.diagnostics {
+        match &d.operation {
+            Some(o) => {
+                let entry = per_op.entry((o.path.as_str(), o.method)).or_insert((
+                    0,
+                    o.operation_id.as_deref(),
+                    Vec::new(),
+                ));
+                entry.0 += 1;
+                if !entry.2.contains(&d.code) {
+                    entry.2.push(d.code);
+                }
+            }
+            None => document_level += 1,
+        }
+    }
+    let mut ranked: Vec<_> = per_op.into_iter().collect();
+    for (_, (_, _, codes)) in &mut ranked {
+        codes.sort_unstable();
+    }
+    // Most findings first; ties in path order, as the BTreeMap gave them.
+    ranked.sort_by_key(|(_, (n, _, _))| std::cmp::Reverse(*n));
+    if !ranked.is_empty() {
+        out.push_str(&format!(
+            "operations with the most findings ({} of {} with any):\n",
+            ranked.len().min(DIGEST_TOP),
+            ranked.len()
+        ));
+        for ((path, method), (n, id, codes)) in ranked.iter().take(DIGEST_TOP) {
+            let id = id.map(|i| format!(" ({i})")).unwrap_or_default();
+            out.push_str(&format!(
+                "  {n:>5}  {method} {path}{id}: {}\n",
+                codes.join(", ")
+            ));
+        }
+    }
+    if document_level > 0 {
+        out.push_str(&format!(
+            "  {document_level:>5}  about the document as a whole\n"
+        ));
+    }
+    if !report.known.is_empty() {
+        out.push_str(&format!(
+            "{} known finding(s) from the baseline not counted\n",
+            report.known.len()
+        ));
+    }
     out.push_str(&summary_line(&report.summary));
     out
 }
@@ -244,6 +340,15 @@ pub fn json_report(model: &Model, report: &Report) -> Json {
                 "operation_id": op.operation_id,
                 "class": op.class.as_str(),
                 "key": key_name(op),
+                "key_source": op.key.origin.map(KeyOrigin::as_str),
+                "key_in": op.key.source.as_ref().map(|s| match s {
+                    KeySource::Header { .. } => "header",
+                    KeySource::Body { .. } => "body",
+                }),
+                "key_name": op.key.source.as_ref().map(|s| match s {
+                    KeySource::Header { name, .. } => name.as_str(),
+                    KeySource::Body { field } => field.as_str(),
+                }),
                 "effect": effect_name(op),
             })
         })
@@ -255,6 +360,8 @@ pub fn json_report(model: &Model, report: &Report) -> Json {
         .collect();
     json!({
         "spec": sources.display(model.document.root().pos.file),
+        // As written: `2.0` for a Swagger document, read as OpenAPI 3.0.
+        "version": model.document.version_text,
         "operations": operations,
         "webhooks": webhooks,
         "diagnostics": report.diagnostics.iter().map(|d| diagnostic_json(sources, d)).collect::<Vec<_>>(),
@@ -263,8 +370,29 @@ pub fn json_report(model: &Model, report: &Report) -> Json {
     })
 }
 
-/// SARIF 2.1.0, as GitHub code scanning accepts it.
+/// SARIF 2.1.0, as GitHub code scanning accepts it, with URIs relative to
+/// the repository root ([`sarif_root`]).
 pub fn sarif(model: &Model, report: &Report) -> Json {
+    sarif_with_root(model, report, &sarif_root())
+}
+
+/// Where SARIF URIs are relative to: the git top level above the working
+/// directory (the folder holding `.git`, a directory or a worktree's file),
+/// or the working directory itself when there is none. Code scanning places
+/// a result by its path from the repository root, whatever path the spec
+/// was given by.
+pub fn sarif_root() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    cwd.ancestors()
+        .find(|dir| dir.join(".git").exists())
+        .map_or_else(|| cwd.clone(), Path::to_path_buf)
+}
+
+/// SARIF with URIs relative to `root` (absolute): a file under it gets a
+/// relative `uri` with `uriBaseId: %SRCROOT%`, which `originalUriBaseIds`
+/// maps to `root`; a file outside it gets an absolute `file://` URI and no
+/// base.
+pub fn sarif_with_root(model: &Model, report: &Report, root: &Path) -> Json {
     let sources = &model.document.sources;
     let rules: Vec<Json> = RULES
         .iter()
@@ -301,7 +429,7 @@ pub fn sarif(model: &Model, report: &Report) -> Json {
                 "message": { "text": text },
                 "locations": [{
                     "physicalLocation": {
-                        "artifactLocation": { "uri": uri(sources.display(d.pos.file)), "uriBaseId": "%SRCROOT%" },
+                        "artifactLocation": artifact_location(sources, d.pos.file, root),
                         "region": { "startLine": d.pos.line.max(1), "startColumn": d.pos.column.max(1) },
                     }
                 }],
@@ -321,15 +449,78 @@ pub fn sarif(model: &Model, report: &Report) -> Json {
             }},
             "results": results,
             "columnKind": "unicodeCodePoints",
+            "originalUriBaseIds": {
+                SRCROOT: { "uri": format!("{}/", file_uri(root).trim_end_matches('/')) },
+            },
         }],
     })
 }
 
-fn uri(path: &str) -> String {
-    path.replace('\\', "/")
-        .replace(' ', "%20")
-        .trim_start_matches("./")
-        .to_owned()
+/// The base id SARIF URIs are relative to: the repository root.
+const SRCROOT: &str = "%SRCROOT%";
+
+fn artifact_location(sources: &SourceMap, file: FileId, root: &Path) -> Json {
+    let Some(path) = sources.get(file).map(|f| f.path.as_path()) else {
+        return json!({ "uri": uri_path(Path::new(sources.display(file))) });
+    };
+    let absolute = absolute(path);
+    let relative = absolute
+        .strip_prefix(root)
+        .ok()
+        .map(Path::to_path_buf)
+        .or_else(|| {
+            // Through symlinks (a checkout under a linked folder), by real paths.
+            let real = std::fs::canonicalize(&absolute).ok()?;
+            let real_root = std::fs::canonicalize(root).ok()?;
+            real.strip_prefix(real_root).ok().map(Path::to_path_buf)
+        });
+    match relative {
+        Some(rel) => json!({ "uri": uri_path(&rel), "uriBaseId": SRCROOT }),
+        None => json!({ "uri": file_uri(&absolute) }),
+    }
+}
+
+/// `path` made absolute against the working directory and lexically
+/// normalised (`a/./b/../c` → `a/c`).
+fn absolute(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let joined = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// A relative path as a URI reference: `/`-separated, percent-encoded.
+fn uri_path(path: &Path) -> String {
+    let text = path.to_string_lossy().replace('\\', "/");
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        let keep = b.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&b);
+        if keep {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// An absolute path as a `file://` URI (`C:\x` → `file:///C:/x`).
+fn file_uri(path: &Path) -> String {
+    let encoded = uri_path(path);
+    if encoded.starts_with('/') {
+        format!("file://{encoded}")
+    } else {
+        format!("file:///{encoded}")
+    }
 }
 
 /// GitHub Actions workflow commands: one annotation per finding.
@@ -400,6 +591,21 @@ mod tests {
         assert_eq!(token_span("  - { name: id, in: path }", 5), 4..26);
         assert_eq!(token_span("  x: [a, 'b]', c] # note", 6), 5..17);
         assert_eq!(token_span("  x: {a: [", 6), 5..10);
+    }
+
+    #[test]
+    fn sarif_uris() {
+        assert_eq!(
+            uri_path(Path::new("specs/my api.yaml")),
+            "specs/my%20api.yaml"
+        );
+        assert_eq!(uri_path(Path::new("a/b#c%.yaml")), "a/b%23c%25.yaml");
+        assert_eq!(uri_path(Path::new("caf\u{e9}.yaml")), "caf%C3%A9.yaml");
+        assert_eq!(
+            file_uri(Path::new("/tmp/x y.yaml")),
+            "file:///tmp/x%20y.yaml"
+        );
+        assert_eq!(absolute(Path::new("/a/./b/../c")), Path::new("/a/c"));
     }
 
     #[test]

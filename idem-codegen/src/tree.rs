@@ -151,6 +151,8 @@ pub enum TreeError {
     },
     #[error("the file is empty")]
     Empty { pos: Pos },
+    #[error("a merge key `<<` takes a mapping or a sequence of mappings, not {found}")]
+    BadMerge { pos: Pos, found: &'static str },
 }
 
 impl TreeError {
@@ -162,7 +164,8 @@ impl TreeError {
             | TreeError::UnknownAlias { pos }
             | TreeError::ComplexKey { pos }
             | TreeError::DuplicateKey { pos, .. }
-            | TreeError::Empty { pos } => *pos,
+            | TreeError::Empty { pos }
+            | TreeError::BadMerge { pos, .. } => *pos,
         }
     }
 }
@@ -178,6 +181,10 @@ enum Frame {
         anchor: usize,
         entries: Vec<(Key, Node)>,
         pending_key: Option<Key>,
+        /// The pending key is a YAML 1.1 merge key (a plain `<<`).
+        pending_merge: bool,
+        /// Indices in `entries` of merge-key entries.
+        merges: Vec<usize>,
     },
 }
 
@@ -225,14 +232,18 @@ impl Builder<'_> {
         let pos = self.pos(&span);
         match event {
             Event::Scalar(text, style, anchor, tag) => {
-                let value = if style == ScalarStyle::Plain && tag.is_none() {
+                let plain = style == ScalarStyle::Plain && tag.is_none();
+                // Only a plain `<<` is a merge key: a quoted one (JSON's
+                // `"<<"` included) is an ordinary string.
+                let merge = plain && text == "<<";
+                let value = if plain {
                     plain_scalar(&text)
                 } else {
                     Value::String(text.into_owned())
                 };
                 let node = Node { value, pos };
                 self.remember(anchor, &node);
-                self.push_value(node, true)
+                self.push_scalar(node, merge)
             }
             Event::SequenceStart(anchor, _) => {
                 self.open(Frame::Seq {
@@ -248,6 +259,8 @@ impl Builder<'_> {
                     anchor,
                     entries: Vec::new(),
                     pending_key: None,
+                    pending_merge: false,
+                    merges: Vec::new(),
                 })?;
                 Ok(false)
             }
@@ -264,12 +277,16 @@ impl Builder<'_> {
                         pos,
                         anchor,
                         entries,
+                        merges,
                         ..
                     }) => {
+                        // Explicit keys (two `<<` included) must be unique;
+                        // a merged key under an explicit one is not a
+                        // duplicate, it is overridden.
                         check_unique_keys(&entries)?;
                         (
                             Node {
-                                value: Value::Map(entries),
+                                value: Value::Map(apply_merges(entries, &merges)?),
                                 pos,
                             },
                             anchor,
@@ -321,6 +338,19 @@ impl Builder<'_> {
         }
     }
 
+    /// Attach a scalar: a value, or a mapping key (`merge`: a plain `<<`).
+    fn push_scalar(&mut self, node: Node, merge: bool) -> Result<bool, TreeError> {
+        if let Some(Frame::Map {
+            pending_key: None,
+            pending_merge,
+            ..
+        }) = self.stack.last_mut()
+        {
+            *pending_merge = merge;
+        }
+        self.push_value(node, true)
+    }
+
     /// Attach a finished node to its parent (or make it the root).
     fn push_value(&mut self, node: Node, scalar: bool) -> Result<bool, TreeError> {
         match self.stack.last_mut() {
@@ -335,10 +365,17 @@ impl Builder<'_> {
             Some(Frame::Map {
                 entries,
                 pending_key,
+                pending_merge,
+                merges,
                 ..
             }) => {
                 match pending_key.take() {
-                    Some(key) => entries.push((key, node)),
+                    Some(key) => {
+                        if std::mem::take(pending_merge) {
+                            merges.push(entries.len());
+                        }
+                        entries.push((key, node));
+                    }
                     None => {
                         if !scalar && !matches!(node.value, Value::Null) {
                             return Err(TreeError::ComplexKey { pos: node.pos });
@@ -375,6 +412,57 @@ fn check_unique_keys(entries: &[(Key, Node)]) -> Result<(), TreeError> {
         }
     }
     Ok(())
+}
+
+/// Replace each merge-key entry by the entries of the mapping(s) it names,
+/// with YAML 1.1's precedence: an explicit key beats a merged one, and in a
+/// sequence of mappings an earlier one beats a later one. The merged entries
+/// keep the positions they were written at. Their nodes were counted against
+/// the alias bound when their aliases were expanded.
+fn apply_merges(
+    entries: Vec<(Key, Node)>,
+    merges: &[usize],
+) -> Result<Vec<(Key, Node)>, TreeError> {
+    if merges.is_empty() {
+        return Ok(entries);
+    }
+    let mut seen: std::collections::HashSet<String> = entries
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !merges.contains(i))
+        .map(|(_, (k, _))| k.name.clone())
+        .collect();
+    let mut out = Vec::with_capacity(entries.len());
+    for (i, (key, value)) in entries.into_iter().enumerate() {
+        if !merges.contains(&i) {
+            out.push((key, value));
+            continue;
+        }
+        let sources = match value.value {
+            Value::Map(_) => vec![value],
+            Value::Seq(items) => items,
+            _ => {
+                return Err(TreeError::BadMerge {
+                    pos: value.pos,
+                    found: value.kind(),
+                });
+            }
+        };
+        for source in sources {
+            let Value::Map(merged) = source.value else {
+                return Err(TreeError::BadMerge {
+                    pos: source.pos,
+                    found: source.kind(),
+                });
+            };
+            for (k, v) in merged {
+                if seen.insert(k.name.clone()) {
+                    out.push((k, v));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn count_nodes(node: &Node) -> usize {
@@ -520,6 +608,110 @@ mod tests {
                 first_line: 3
             }
         );
+    }
+
+    #[test]
+    fn merge_keys_follow_yaml_1_1() {
+        let doc = "base: &base {a: 1, b: 2}\nmore: &more {b: 3, c: 4}\n\
+                   one:\n  <<: *base\n  b: 9\n\
+                   many:\n  d: 5\n  <<: [*base, *more]\n\
+                   inline:\n  <<: {e: 6}\n";
+        let node = parse_str(doc).unwrap();
+        let text = |path: &[&str]| {
+            path.iter()
+                .try_fold(&node, |n, k| n.get(k))
+                .and_then(Node::scalar_text)
+        };
+        // An explicit key wins over a merged one, wherever it is written.
+        assert_eq!(text(&["one", "b"]).as_deref(), Some("9"));
+        assert_eq!(text(&["one", "a"]).as_deref(), Some("1"));
+        assert!(node.get("one").and_then(|o| o.get("<<")).is_none());
+        // An earlier mapping in the sequence wins over a later one.
+        assert_eq!(text(&["many", "b"]).as_deref(), Some("2"));
+        assert_eq!(text(&["many", "c"]).as_deref(), Some("4"));
+        assert_eq!(text(&["many", "d"]).as_deref(), Some("5"));
+        assert_eq!(text(&["inline", "e"]).as_deref(), Some("6"));
+        // Merged entries keep the position they were written at.
+        let (key, _) = node.get("one").and_then(|o| o.entry("a")).unwrap();
+        assert_eq!((key.pos.line, key.pos.column), (1, 14));
+        // Entries are in reading order: merged ones where `<<` stood.
+        let names: Vec<&str> = node
+            .get("many")
+            .and_then(Node::as_map)
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.name.as_str())
+            .collect();
+        assert_eq!(names, ["d", "a", "b", "c"]);
+    }
+
+    #[test]
+    fn merged_keys_are_not_duplicates_but_two_explicit_keys_are() {
+        assert!(parse_str("a: &a {k: 1}\nb:\n  <<: *a\n  k: 2\n").is_ok());
+        assert!(parse_str("a: &a {k: 1}\nc: &c {k: 3}\nb:\n  <<: [*a, *c]\n").is_ok());
+        let err = parse_str("a: &a {k: 1}\nb:\n  <<: *a\n  k: 2\n  k: 3\n").unwrap_err();
+        assert!(
+            matches!(err, TreeError::DuplicateKey { ref name, .. } if name == "k"),
+            "{err:?}"
+        );
+        let err = parse_str("a: &a {k: 1}\nb:\n  <<: *a\n  <<: *a\n").unwrap_err();
+        assert!(
+            matches!(err, TreeError::DuplicateKey { ref name, .. } if name == "<<"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn quoted_merge_keys_and_bad_merges() {
+        // JSON's `"<<"` is an ordinary key.
+        let node = parse_str("{\"<<\": {\"k\": 1}}").unwrap();
+        assert!(node.get("<<").is_some() && node.get("k").is_none());
+        let err = parse_str("a:\n  <<: 3\n").unwrap_err();
+        assert_eq!(
+            err,
+            TreeError::BadMerge {
+                pos: Pos::new(FileId(0), 2, 7),
+                found: "a number"
+            }
+        );
+        let err = parse_str("a: &a {k: 1}\nb:\n  <<: [*a, x]\n").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                TreeError::BadMerge {
+                    found: "a string",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn merge_key_bomb_is_refused() {
+        // Each level merges the previous one and copies it nine more times.
+        let mut doc =
+            String::from("l0: &l0 {a: 1, b: 2, c: 3, d: 4, e: 5, f: 6, g: 7, h: 8, i: 9}\n");
+        for i in 1..10 {
+            let p = i - 1;
+            doc.push_str(&format!("l{i}: &l{i}\n  <<: [*l{p}, *l{p}, *l{p}]\n"));
+            for k in 0..9 {
+                doc.push_str(&format!("  k{k}: *l{p}\n"));
+            }
+        }
+        let err = parse_str(&doc).unwrap_err();
+        assert!(matches!(err, TreeError::AliasBomb { .. }), "{err:?}");
+        // A merge of many copies of one big mapping is refused too, even
+        // though the merged result is small: every copy is work.
+        let big: Vec<String> = (0..2000).map(|i| format!("k{i}: [1, 2, 3, 4]")).collect();
+        let mut doc = format!("big: &big {{{}}}\n", big.join(", "));
+        for i in 0..30 {
+            doc.push_str(&format!(
+                "m{i}:\n  <<: [*big, *big, *big, *big, *big, *big, *big, *big, *big, *big]\n"
+            ));
+        }
+        let err = parse_str(&doc).unwrap_err();
+        assert!(matches!(err, TreeError::AliasBomb { .. }), "{err:?}");
     }
 
     #[test]

@@ -198,7 +198,9 @@ pub enum Level {
 }
 
 /// Fields that describe one operation and mean nothing as a document default.
-const OPERATION_ONLY: &[&str] = &["effect", "key", "unsafe-retry", "phases"];
+/// (`key` is both: at the root it is the default for every operation that is
+/// not idempotent by its effect.)
+const OPERATION_ONLY: &[&str] = &["effect", "unsafe-retry", "phases"];
 
 const IDEMPOTENCY_FIELDS: &[&str] = &[
     "header",
@@ -311,6 +313,7 @@ impl Reader<'_> {
                 }
                 "lock-timeout" => ext.lock_timeout = self.duration(value, field),
                 "effect" => ext.effect = self.keyword(value, field, Effect::parse, Effect::ALL),
+                "key" if level == Level::Root => ext.key = self.root_key(value),
                 "key" => {
                     ext.key =
                         self.keyword(value, field, KeyRequirement::parse, KeyRequirement::ALL);
@@ -342,6 +345,24 @@ impl Reader<'_> {
             }
         }
         ext
+    }
+
+    /// The root's `key:`: `required` or `optional`; `none` is what every
+    /// operation gets without one, so writing it at the root says nothing.
+    fn root_key(&mut self, node: &Node) -> Option<Located<KeyRequirement>> {
+        const ROOT_KEYS: &[KeyRequirement] = &[KeyRequirement::Required, KeyRequirement::Optional];
+        if node.as_str() == Some("none") {
+            self.error(
+                node.pos,
+                "`x-idempotency.key: none` at the document root changes nothing".into(),
+                Some(
+                    "remove it; to keep an operation from taking a key it shows, set `key: none` on that operation"
+                        .into(),
+                ),
+            );
+            return None;
+        }
+        self.keyword(node, "key", KeyRequirement::parse, ROOT_KEYS)
     }
 
     fn backoff(&mut self, node: &Node) -> Option<Located<Backoff>> {

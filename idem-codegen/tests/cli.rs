@@ -131,10 +131,59 @@ fn sarif_report_is_code_scanning_shaped() {
         assert_eq!(rules[index]["id"], r["ruleId"]);
         assert!(matches!(r["level"].as_str(), Some("error" | "warning")));
         let loc = &r["locations"][0]["physicalLocation"];
-        assert_eq!(loc["artifactLocation"]["uri"], "../fixtures/cratebase.yaml");
+        // Relative to the repository root, never `../…` or absolute.
+        if idem_codegen::render::sarif_root().join(".git").exists() {
+            assert_eq!(loc["artifactLocation"]["uri"], "fixtures/cratebase.yaml");
+            assert_eq!(loc["artifactLocation"]["uriBaseId"], "%SRCROOT%");
+        }
         assert!(loc["region"]["startLine"].as_u64().unwrap() >= 1);
         assert!(r["partialFingerprints"].is_object());
     }
+}
+
+#[test]
+fn sarif_uris_are_relative_to_the_root_whatever_path_the_spec_is_given_by() {
+    use idem_codegen::{audit, load::Document, model, render};
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(root.join("api specs/v1")).unwrap();
+    let inside = root.join("api specs/v1/open api.yaml");
+    std::fs::copy(fixture("cratebase.yaml"), &inside).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let elsewhere = std::fs::canonicalize(outside.path())
+        .unwrap()
+        .join("cratebase.yaml");
+    std::fs::copy(fixture("cratebase.yaml"), &elsewhere).unwrap();
+
+    let sarif_of = |spec: &Path| {
+        let document = Document::load(spec).unwrap_or_else(|f| panic!("{}", f.error));
+        let model = model::build(document, &audit::rule_names()).unwrap();
+        let report = audit::audit(&model);
+        render::sarif_with_root(&model, &report, &root)
+    };
+    // Given by an absolute path, as workflows do with $GITHUB_WORKSPACE.
+    let v = sarif_of(&inside);
+    let run = &v["runs"][0];
+    assert_eq!(
+        run["originalUriBaseIds"]["%SRCROOT%"]["uri"],
+        format!("file://{}/", root.display()).replace(' ', "%20")
+    );
+    let location = &run["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"];
+    assert_eq!(location["uri"], "api%20specs/v1/open%20api.yaml");
+    assert_eq!(location["uriBaseId"], "%SRCROOT%");
+    // Given with `..` in it: the same URI.
+    let winding = root.join("api specs/../api specs/v1/./open api.yaml");
+    let v = sarif_of(&winding);
+    assert_eq!(
+        v["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+        "api%20specs/v1/open%20api.yaml"
+    );
+    // Outside the root: an absolute file URI and no base.
+    let v = sarif_of(&elsewhere);
+    let location =
+        &v["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"];
+    assert_eq!(location["uri"], format!("file://{}", elsewhere.display()));
+    assert!(location.get("uriBaseId").is_none());
 }
 
 #[test]
@@ -167,6 +216,57 @@ fn github_annotations() {
             .last()
             .unwrap()
             .starts_with("::notice title=idem audit::summary: 5 operations")
+    );
+}
+
+#[test]
+fn summary_counts_findings_per_rule_and_operation() {
+    let o = idem(&["audit", "--summary", &fixture("cratebase.yaml")]);
+    assert_eq!(o.code, EXIT_FINDINGS, "{}", o.stderr);
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(lines[0], "findings per rule:");
+    assert!(
+        lines.iter().any(|l| l
+            .trim_start()
+            .starts_with("3  IDEM001 unkeyed-unsafe-write")),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("operations with the most findings ("),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains("POST /v2/refunds (createRefund): IDEM001"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        !o.stdout.contains("-->"),
+        "no individual findings: {}",
+        o.stdout
+    );
+    assert!(o.stdout.ends_with(
+        "summary: 5 operations, 4 state-changing, 1 keyed, 0 documented-unsafe; 3 errors, 4 warnings\n"
+    ));
+    let o = idem(&["audit", "--summary", &fixture("payments-clean.yaml")]);
+    assert_eq!(o.code, EXIT_CLEAN);
+    assert!(o.stdout.starts_with("no findings\n"), "{}", o.stdout);
+    // The machine formats carry every finding; `--summary` does not apply.
+    let o = idem(&[
+        "audit",
+        "--summary",
+        "--format",
+        "json",
+        &fixture("cratebase.yaml"),
+    ]);
+    assert_eq!(o.code, EXIT_ERROR);
+    assert!(
+        o.stderr.contains("`--summary` shapes the human report"),
+        "{}",
+        o.stderr
     );
 }
 

@@ -194,8 +194,8 @@ fn odd_documents_get_clear_errors() {
         ("noversion.yaml", "info: {}\n", "has no `openapi` field"),
         (
             "swagger.json",
-            "{\"swagger\": \"2.0\"}",
-            "unsupported version: Swagger 2.0",
+            "{\"swagger\": \"1.2\"}",
+            "unsupported version: Swagger `1.2`",
         ),
         (
             "v4.yaml",
@@ -224,6 +224,33 @@ fn odd_documents_get_clear_errors() {
     let o = audit(&bytes);
     assert_eq!(o.code, EXIT_ERROR);
     assert!(o.stderr.contains("not UTF-8"), "{}", o.stderr);
+    // At the bad byte's line and column, with the line shown.
+    assert!(o.stderr.contains("latin1.yaml:2:15"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("invalid byte 0xE9 at offset 29"),
+        "{}",
+        o.stderr
+    );
+    // In a file reached through `$ref`, at that file's byte.
+    std::fs::write(
+        dir.path().join("part.yaml"),
+        b"name: key\ndescription: caf\xe9\n",
+    )
+    .unwrap();
+    let o = audit(&write(
+        dir.path(),
+        "refs-latin1.yaml",
+        "openapi: 3.0.0
+paths:
+  /a:
+    post:
+      parameters:
+        - $ref: 'part.yaml'
+      responses: {}
+",
+    ));
+    assert_eq!(o.code, EXIT_ERROR);
+    assert!(o.stderr.contains("part.yaml:2:17"), "{}", o.stderr);
     let o = audit(dir.path());
     assert_eq!(o.code, EXIT_ERROR);
     assert!(o.stderr.contains("is a directory"));

@@ -154,6 +154,66 @@ async fn a_keyed_post_sends_one_minted_key_on_every_attempt() {
 }
 
 #[tokio::test]
+async fn a_body_keyed_post_puts_one_key_in_every_body_and_no_key_header() {
+    const CREATE_PAYMENT: Operation =
+        Operation::new("CreatePayment", RetryClass::Keyed).body_key("idempotency_key");
+    let (base, recorder) = server([status(503), status(502)]).await;
+    let body = |key: Option<&IdempotencyKey>| {
+        let key = key.map(IdempotencyKey::as_str).unwrap_or_default();
+        format!(r#"{{"idempotency_key":"{key}","amount":100}}"#)
+    };
+    let response = client(quick())
+        .send_body_keyed(&CREATE_PAYMENT, None, |http, key| {
+            http.post(format!("{base}/v2/payments"))
+                .header("content-type", "application/json")
+                .body(body(key))
+        })
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let hits = recorder.hits();
+    assert_eq!(hits.len(), 3);
+    let keys: Vec<String> = hits
+        .iter()
+        .map(|h| {
+            let rest = h.body.strip_prefix(r#"{"idempotency_key":""#).unwrap();
+            rest.split('"').next().unwrap().to_owned()
+        })
+        .collect();
+    assert!(uuid::Uuid::parse_str(&keys[0]).is_ok(), "{keys:?}");
+    assert!(
+        keys.iter().all(|k| *k == keys[0]),
+        "one key for the call: {keys:?}"
+    );
+    assert!(
+        recorder
+            .header("idempotency-key")
+            .iter()
+            .all(String::is_empty),
+        "the key travels in the body only"
+    );
+
+    // A caller's key (a form body, Twilio-style) is used as given.
+    const CREATE_MESSAGE: Operation =
+        Operation::new("CreateMessage", RetryClass::Keyed).body_key("IdempotencyKey");
+    let (base, recorder) = server([]).await;
+    let key = IdempotencyKey::derived(["message", "42"]).unwrap();
+    client(quick())
+        .send_body_keyed(&CREATE_MESSAGE, Some(key.clone()), |http, key| {
+            let key = key.map(IdempotencyKey::as_str).unwrap_or_default();
+            http.post(format!("{base}/Messages.json"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("Body=hi&IdempotencyKey={key}"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        recorder.hits()[0].body,
+        format!("Body=hi&IdempotencyKey={}", key.as_str())
+    );
+}
+
+#[tokio::test]
 async fn a_second_call_gets_a_new_key() {
     let (base, recorder) = server([]).await;
     let client = client(quick());

@@ -1141,3 +1141,69 @@ async fn keys_carried_in_the_body<DB: TestDb>(store: Store<DB>) {
     assert_eq!(DB::count_keys(&store).await, 1);
 }
 on_every_backend!(keys_carried_in_the_body);
+
+/// A key in a form-urlencoded body, under the field name the spec shows
+/// (Twilio's `IdempotencyKey`), as an inferred body key is served.
+async fn form_keys_under_a_named_field<DB: TestDb>(store: Store<DB>) {
+    let policy = Policy::new()
+        .key_in(KeyIn::Body)
+        .body_field("IdempotencyKey");
+    let (addr, _) = app(store.clone(), policy).await;
+    let client = reqwest::Client::new();
+    let post = |body: &str| {
+        client
+            .post(format!("http://{addr}/orders"))
+            .header("x-account-id", "a")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body.to_owned())
+    };
+    let first = post("Body=hi&IdempotencyKey=fk-1").send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first_body = first.text().await.unwrap();
+    let replay = post("Body=hi&IdempotencyKey=fk-1").send().await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.text().await.unwrap(), first_body);
+    let other = post("Body=bye&IdempotencyKey=fk-1").send().await.unwrap();
+    assert_eq!(
+        code(other).await,
+        (StatusCode::CONFLICT, "idempotency_key_reused".into())
+    );
+    // The default field name is not read; a missing field is named.
+    let r = post("Body=hi&idempotency_key=fk-2").send().await.unwrap();
+    let status = r.status();
+    let error: Value = r.json().await.unwrap();
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("idempotency_key_missing"))
+    );
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("IdempotencyKey")
+    );
+    for body in [
+        "IdempotencyKey=",
+        "IdempotencyKey=a&IdempotencyKey=b",
+        "IdempotencyKey=%zz",
+    ] {
+        let r = post(body).send().await.unwrap();
+        assert_eq!(
+            code(r).await,
+            (StatusCode::BAD_REQUEST, "idempotency_key_invalid".into()),
+            "{body}"
+        );
+    }
+    // A JSON body is read under the same field name.
+    let json = client
+        .post(format!("http://{addr}/orders"))
+        .header("x-account-id", "a")
+        .header("content-type", "application/json")
+        .body(r#"{"IdempotencyKey":"fk-3"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json.status(), StatusCode::CREATED);
+    assert_eq!(DB::count_orders(&store).await, 2);
+}
+on_every_backend!(form_keys_under_a_named_field);

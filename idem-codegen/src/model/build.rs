@@ -9,10 +9,10 @@ use crate::vocab::{
 
 use super::schema::SchemaBuilder;
 use super::{
-    BODY_KEY_FIELD, COMMON_KEY_HEADERS, Encoding, HeaderSpec, KeyPolicy, KeySource, Media, Method,
-    Model, Operation, Parameter, Prose, RequestBody, Response, RetryClass, Root, Schemas,
-    SecurityKind, SecurityScheme, Webhook, key_in, key_settings, merge_idempotency, merge_retry,
-    read_extensions, retry_policy,
+    BODY_KEY_FIELD, BODY_KEY_FIELDS, BodyField, Encoding, HeaderSpec, KeyOrigin, KeyPolicy,
+    KeySource, Media, Method, Model, Operation, Parameter, Prose, RequestBody, Response,
+    RetryClass, Root, Schemas, SecurityKind, SecurityScheme, Webhook, is_common_key_header,
+    key_settings, merge_idempotency, merge_retry, read_extensions, retry_policy,
 };
 
 /// Build the model of `document`. `rule_names` are the slugs and codes that
@@ -287,9 +287,23 @@ impl<'d> Builder<'d, '_> {
         let responses = self.responses(op, &mut prose)?;
 
         let mut key_headers: Vec<&str> = vec![settings.header.as_str()];
-        key_headers.extend(COMMON_KEY_HEADERS);
         key_headers.extend(aliases.fern_headers.iter().map(String::as_str));
-        let key = key_policy(&ext, &parameters, request_body.as_ref(), &key_headers);
+        // The root's `key:` covers what is not idempotent by its effect.
+        let effect = ext
+            .effect
+            .map(|e| e.value)
+            .or_else(|| method.default_effect());
+        let root_key = root
+            .idempotency
+            .key
+            .filter(|_| !effect.is_some_and(Effect::is_idempotent));
+        let key = key_policy(
+            &ext,
+            root_key,
+            &parameters,
+            request_body.as_ref(),
+            &key_headers,
+        );
 
         let operation_id = op
             .get("operationId")
@@ -384,10 +398,7 @@ impl<'d> Builder<'d, '_> {
                 required: param.get("required").and_then(Node::as_bool) == Some(true)
                     || location == "path",
                 schema_type: schema.and_then(schema_type),
-                max_length: schema
-                    .and_then(|s| s.get("maxLength"))
-                    .and_then(|n| n.scalar_text())
-                    .and_then(|t| t.parse().ok()),
+                max_length: schema.and_then(max_length),
                 pos: param.pos,
                 schema: typed,
                 style: text("style"),
@@ -413,16 +424,28 @@ impl<'d> Builder<'d, '_> {
         let body = self.doc.resolve(node)?;
         let mut content_types = Vec::new();
         let mut properties = Vec::new();
+        let mut key_fields: Vec<BodyField> = Vec::new();
         if let Some(content) = body.get("content").and_then(Node::as_map) {
             for (media, entry) in content {
                 content_types.push(media.name.clone());
-                if properties.is_empty()
-                    && let Some(schema) = entry.get("schema")
-                {
-                    self.collect_properties(schema, &mut properties, 0)?;
+                let Some(schema) = entry.get("schema") else {
+                    continue;
+                };
+                let mut found = SchemaFacts::default();
+                self.collect_properties(schema, &mut found, 0)?;
+                if properties.is_empty() {
+                    properties.clone_from(&found.names);
+                }
+                for mut field in found.key_fields {
+                    field.required = found.required.contains(&field.name);
+                    if !key_fields.iter().any(|f| f.name == field.name) {
+                        key_fields.push(field);
+                    }
                 }
             }
         }
+        // Order by the preference of BODY_KEY_FIELDS, so the first is the key.
+        key_fields.sort_by_key(|f| BODY_KEY_FIELDS.iter().position(|n| *n == f.name));
         Ok(RequestBody {
             required: body.get("required").and_then(Node::as_bool) == Some(true),
             content_types,
@@ -433,14 +456,16 @@ impl<'d> Builder<'d, '_> {
                 .and_then(Node::as_str)
                 .map(str::to_owned),
             media: self.media(body.get("content")),
+            key_fields,
         })
     }
 
-    /// Top-level property names of a schema, through `$ref` and `allOf`.
+    /// Top-level property names of a schema (and its key-named fields, and
+    /// its `required` names), through `$ref` and `allOf`.
     fn collect_properties(
         &self,
         schema: &'d Node,
-        out: &mut Vec<String>,
+        out: &mut SchemaFacts,
         depth: usize,
     ) -> Result<(), LoadError> {
         if depth > 16 {
@@ -448,7 +473,26 @@ impl<'d> Builder<'d, '_> {
         }
         let schema = self.doc.resolve(schema)?;
         if let Some(props) = schema.get("properties").and_then(Node::as_map) {
-            out.extend(props.iter().map(|(k, _)| k.name.clone()));
+            for (key, value) in props {
+                out.names.push(key.name.clone());
+                if BODY_KEY_FIELDS.contains(&key.name.as_str())
+                    && !out.key_fields.iter().any(|f| f.name == key.name)
+                {
+                    let field_schema = self.doc.resolve(value)?;
+                    out.key_fields.push(BodyField {
+                        name: key.name.clone(),
+                        required: false,
+                        schema_type: schema_type(field_schema),
+                        max_length: max_length(field_schema),
+                        pos: key.pos,
+                    });
+                }
+            }
+        }
+        for name in schema.get("required").and_then(Node::as_seq).unwrap_or(&[]) {
+            if let Some(name) = name.as_str() {
+                out.required.push(name.to_owned());
+            }
         }
         for part in schema.get("allOf").and_then(Node::as_seq).unwrap_or(&[]) {
             self.collect_properties(part, out, depth + 1)?;
@@ -516,64 +560,82 @@ impl<'d> Builder<'d, '_> {
     }
 }
 
-/// Decide where the key comes from and whether it is required.
+/// Decide where the key comes from, whether it is required, and how that
+/// was learned. Precedence: the operation's `key:`, then the root's default
+/// (`root_key`, already dropped for operations idempotent by their effect),
+/// then what the spec shows (a key header parameter, else a key-named body
+/// field). `key-in` narrows where the key is looked for.
 fn key_policy(
     ext: &IdempotencyExt,
+    root_key: Option<Located<KeyRequirement>>,
     parameters: &[Parameter],
     body: Option<&RequestBody>,
     key_headers: &[&str],
 ) -> KeyPolicy {
+    let requirement_of = |required: bool| {
+        if required {
+            KeyRequirement::Required
+        } else {
+            KeyRequirement::Optional
+        }
+    };
     let header = parameters.iter().position(|p| {
-        p.location == "header" && key_headers.iter().any(|h| h.eq_ignore_ascii_case(&p.name))
+        p.location == "header"
+            && (key_headers.iter().any(|h| h.eq_ignore_ascii_case(&p.name))
+                || is_common_key_header(&p.name))
     });
+    let header_param = header.and_then(|i| parameters.get(i));
     let misplaced = parameters
         .iter()
         .position(|p| p.location != "header" && is_key_name(&p.name));
-    let declared = ext.key;
-    let body_has_field = body.is_some_and(|b| b.properties.iter().any(|p| p == BODY_KEY_FIELD));
-    let (found, source) = match key_in(ext) {
-        KeyIn::Body => (
-            body_has_field.then_some(KeyRequirement::Optional),
-            KeySource::Body {
-                field: BODY_KEY_FIELD.to_owned(),
+    let field = body.and_then(|b| b.key_fields.first());
+
+    let header_found = header_param.map(|p| requirement_of(p.required));
+    let header_source = KeySource::Header {
+        name: header_param.map_or_else(
+            || {
+                key_headers
+                    .first()
+                    .copied()
+                    .unwrap_or("Idempotency-Key")
+                    .to_owned()
             },
+            |p| p.name.clone(),
         ),
-        KeyIn::Header => {
-            let found = header.and_then(|i| parameters.get(i)).map(|p| {
-                if p.required {
-                    KeyRequirement::Required
-                } else {
-                    KeyRequirement::Optional
-                }
-            });
-            let name = header.and_then(|i| parameters.get(i)).map_or_else(
-                || {
-                    key_headers
-                        .first()
-                        .copied()
-                        .unwrap_or("Idempotency-Key")
-                        .to_owned()
-                },
-                |p| p.name.clone(),
-            );
-            (
-                found,
-                KeySource::Header {
-                    name,
-                    parameter: header,
-                },
-            )
-        }
+        parameter: header,
+    };
+    let body_found = field.map(|f| requirement_of(f.required));
+    let body_source = KeySource::Body {
+        field: field.map_or_else(|| BODY_KEY_FIELD.to_owned(), |f| f.name.clone()),
+    };
+    let (found, source) = match ext.key_in.map(|k| k.value) {
+        Some(KeyIn::Body) => (body_found, body_source),
+        Some(KeyIn::Header) => (header_found, header_source),
+        None if header_found.is_some() => (header_found, header_source),
+        None if body_found.is_some() => (body_found, body_source),
+        None => (None, header_source),
+    };
+    let (declared, declared_origin) = match ext.key {
+        Some(own) => (Some(own), KeyOrigin::Declared),
+        None => (root_key, KeyOrigin::RootDefault),
     };
     let requirement = declared
         .map(|d| d.value)
         .or(found)
         .unwrap_or(KeyRequirement::None);
+    let takes_key = requirement != KeyRequirement::None;
     KeyPolicy {
         requirement,
-        source: (requirement != KeyRequirement::None).then_some(source),
+        source: takes_key.then_some(source),
         declared,
         misplaced,
+        origin: takes_key.then(|| {
+            if declared.is_some() {
+                declared_origin
+            } else {
+                KeyOrigin::Inferred
+            }
+        }),
     }
 }
 
@@ -616,6 +678,21 @@ fn security_of(node: &Node) -> Option<Vec<Vec<String>>> {
             })
             .collect(),
     )
+}
+
+fn max_length(schema: &Node) -> Option<u64> {
+    schema
+        .get("maxLength")
+        .and_then(Node::scalar_text)
+        .and_then(|t| t.parse().ok())
+}
+
+/// What [`Builder::collect_properties`] gathers from one schema.
+#[derive(Default)]
+struct SchemaFacts {
+    names: Vec<String>,
+    key_fields: Vec<BodyField>,
+    required: Vec<String>,
 }
 
 fn schema_type(schema: &Node) -> Option<String> {

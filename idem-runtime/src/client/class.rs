@@ -96,6 +96,10 @@ pub struct Operation {
     pub class: RetryClass,
     /// The operation's `unsafe-retry` text, if documented.
     pub warning: Option<&'static str>,
+    /// The request-body field the key travels in (`key-in: body`, or a key
+    /// field the spec shows, such as Square's `idempotency_key` or Twilio's
+    /// `IdempotencyKey`); `None`: the key header.
+    pub body_key: Option<&'static str>,
 }
 
 impl Operation {
@@ -105,12 +109,29 @@ impl Operation {
             name,
             class,
             warning: None,
+            body_key: None,
         }
     }
 
     /// Attaches the documented `unsafe-retry` warning.
     pub const fn warning(mut self, text: &'static str) -> Self {
         self.warning = Some(text);
+        self
+    }
+
+    /// Carries the key in request-body field `field` instead of the key
+    /// header: the attempt's headers then hold no key, and
+    /// [`RetryClient::send_body_keyed`](super::RetryClient::send_body_keyed)
+    /// hands the call's key to the code that builds each body.
+    ///
+    /// ```
+    /// use idem_runtime::client::{Operation, RetryClass};
+    /// const CREATE_PAYMENT: Operation =
+    ///     Operation::new("CreatePayment", RetryClass::Keyed).body_key("idempotency_key");
+    /// assert_eq!(CREATE_PAYMENT.body_key, Some("idempotency_key"));
+    /// ```
+    pub const fn body_key(mut self, field: &'static str) -> Self {
+        self.body_key = Some(field);
         self
     }
 }

@@ -337,6 +337,50 @@ impl RetryClient {
         self.send_inner(operation, Some(key), false, build).await
     }
 
+    /// Sends one logical call of an operation whose key travels in the
+    /// request body ([`Operation::body_key`]): `build` gets the call's key
+    /// (the caller's, or one minted for a `keyed` operation) on every
+    /// attempt and puts it in the body; no key header is sent.
+    ///
+    /// ```no_run
+    /// use idem_runtime::client::{Operation, RetryClass, RetryClient};
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// const CREATE_PAYMENT: Operation =
+    ///     Operation::new("CreatePayment", RetryClass::Keyed).body_key("idempotency_key");
+    /// let client = RetryClient::new(reqwest::Client::new());
+    /// let response = client
+    ///     .send_body_keyed(&CREATE_PAYMENT, None, |http, key| {
+    ///         let key = key.map(|k| k.as_str().to_owned());
+    ///         http.post("https://api.example.com/v2/payments")
+    ///             .body(format!(r#"{{"idempotency_key":{key:?},"amount":100}}"#))
+    ///     })
+    ///     .await?;
+    /// # let _ = response; Ok(()) }
+    /// ```
+    pub async fn send_body_keyed<F>(
+        &self,
+        operation: &Operation,
+        key: Option<IdempotencyKey>,
+        mut build: F,
+    ) -> Result<Response, RetryError>
+    where
+        F: FnMut(&reqwest::Client, Option<&IdempotencyKey>) -> RequestBuilder,
+    {
+        let (key, minted) = match key {
+            Some(key) => (Some(key), false),
+            None if operation.class == super::RetryClass::Keyed => {
+                (Some(IdempotencyKey::new_v4()), true)
+            }
+            None => (None, false),
+        };
+        let http = self.http.clone();
+        let prepare = move |attempt: &mut Attempt| -> Result<Prepared<_>, reqwest::Error> {
+            let request = build(&http, attempt.key.as_ref()).build()?;
+            Ok(dispatch(&http, request, attempt))
+        };
+        self.run(operation, key, minted, None, prepare).await
+    }
+
     async fn send_inner<F>(
         &self,
         operation: &Operation,
@@ -349,9 +393,10 @@ impl RetryClient {
     {
         let http = self.http.clone();
         let key_header = self.policy.key_header.clone();
+        let header_key = operation.body_key.is_none();
         let prepare = move |attempt: &mut Attempt| -> Result<Prepared<_>, reqwest::Error> {
-            let mut request = build(&http).build()?;
-            if attempt.number == 1 && attempt.minted {
+            let request = build(&http).build()?;
+            if header_key && attempt.number == 1 && attempt.minted {
                 let supplied = request
                     .headers()
                     .get(&key_header)
@@ -361,17 +406,7 @@ impl RetryClient {
                     attempt.set_key(supplied, &key_header);
                 }
             }
-            for (name, value) in attempt.headers() {
-                request.headers_mut().insert(name, value.clone());
-            }
-            let url = request.url();
-            let host = url
-                .host_str()
-                .map(|h| format!("{h}:{}", url.port_or_known_default().unwrap_or(0)));
-            Ok(Prepared {
-                host,
-                future: http.execute(request),
-            })
+            Ok(dispatch(&http, request, attempt))
         };
         self.run(operation, key, minted, None, prepare).await
     }
@@ -455,7 +490,12 @@ impl RetryClient {
             minted,
         };
         if let Some(key) = key {
-            attempt.set_key(key, &policy.key_header);
+            if operation.body_key.is_some() {
+                // In the body, which the caller builds: no key header.
+                attempt.key = Some(key);
+            } else {
+                attempt.set_key(key, &policy.key_header);
+            }
         }
         // Until the first request is built, a minted key may still give way
         // to one the caller put on the request itself.
@@ -749,6 +789,26 @@ impl RetryClient {
             "call failed"
         );
         Err(error)
+    }
+}
+
+/// One attempt's request, with the attempt's headers, on its way: the host
+/// (for the circuit breaker) and the future of its response.
+fn dispatch(
+    http: &reqwest::Client,
+    mut request: reqwest::Request,
+    attempt: &Attempt,
+) -> Prepared<impl Future<Output = Result<Response, reqwest::Error>> + use<>> {
+    for (name, value) in attempt.headers() {
+        request.headers_mut().insert(name, value.clone());
+    }
+    let url = request.url();
+    let host = url
+        .host_str()
+        .map(|h| format!("{h}:{}", url.port_or_known_default().unwrap_or(0)));
+    Prepared {
+        host,
+        future: http.execute(request),
     }
 }
 

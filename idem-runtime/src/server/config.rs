@@ -20,12 +20,15 @@ pub enum KeyRequirement {
 pub enum KeyIn {
     /// In the configured header (`Idempotency-Key` by default).
     Header,
-    /// In the top-level string field `idempotency_key` of a JSON request body,
-    /// as Square and Twilio carry it ([`BODY_KEY_FIELD`]).
+    /// In a top-level request-body field: `idempotency_key` by default
+    /// ([`BODY_KEY_FIELD`], as Square carries it), or the one named with
+    /// [`Policy::body_field`] (Twilio's `IdempotencyKey`). Read from a JSON
+    /// object, or from a form-urlencoded body.
     Body,
 }
 
-/// The request-body field read under [`KeyIn::Body`].
+/// The request-body field read under [`KeyIn::Body`] unless
+/// [`Policy::body_field`] names another.
 pub const BODY_KEY_FIELD: &str = "idempotency_key";
 
 /// What a retry gets when the stored outcome is a failure (`failure-replay`).
@@ -95,6 +98,7 @@ impl MismatchStatus {
 pub struct Policy {
     pub(crate) header: String,
     pub(crate) key_in: KeyIn,
+    pub(crate) body_field: String,
     pub(crate) key_max_length: usize,
     pub(crate) scope_max_length: usize,
     pub(crate) key: KeyRequirement,
@@ -131,6 +135,7 @@ impl Default for Policy {
         Policy {
             header: "idempotency-key".to_owned(),
             key_in: KeyIn::Header,
+            body_field: BODY_KEY_FIELD.to_owned(),
             key_max_length: 255,
             scope_max_length: DEFAULT_SCOPE_MAX_LENGTH,
             key: KeyRequirement::Required,
@@ -206,6 +211,19 @@ impl Policy {
     /// ```
     pub fn key_in(mut self, location: KeyIn) -> Self {
         self.key_in = location;
+        self
+    }
+
+    /// The request-body field that holds the key under [`KeyIn::Body`]
+    /// (default [`BODY_KEY_FIELD`]), matched exactly: the field a spec
+    /// shows, such as Twilio's `IdempotencyKey` or `idempotencyKey`.
+    ///
+    /// ```
+    /// use idem_runtime::server::{KeyIn, Policy};
+    /// let p = Policy::new().key_in(KeyIn::Body).body_field("IdempotencyKey");
+    /// ```
+    pub fn body_field(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.body_field);
         self
     }
 

@@ -14,9 +14,9 @@ use http_body_util::{BodyExt, Limited};
 use sqlx::Transaction;
 
 use super::clock::{ms, now_ms};
-use super::config::{BODY_KEY_FIELD, FailureReplay, InFlight, KeyIn, KeyRequirement, Policy};
+use super::config::{FailureReplay, InFlight, KeyIn, KeyRequirement, Policy};
 use super::error::{ConfigError, IdempotencyError, StoreError};
-use super::key::{BodyKey, fingerprint, read_body_key, read_key, validate};
+use super::key::{BodyKey, fingerprint, read_body_key, read_form_key, read_key, validate};
 use super::phased::Operation;
 use super::response::StoredResponse;
 use super::scope::{GlobalScope, ScopeExtractor};
@@ -232,31 +232,43 @@ impl<DB: Backend> Idempotency<DB> {
             }
             Err(_) => return Err(IdempotencyError::BodyUnreadable),
         };
-        let is_json = parts
+        let essence = parts
             .headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| {
-                let essence = ct.split(';').next().unwrap_or("").trim();
-                essence.eq_ignore_ascii_case("application/json") || essence.ends_with("+json")
-            });
+            .map(|ct| {
+                ct.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            })
+            .unwrap_or_default();
+        let is_json = essence == "application/json" || essence.ends_with("+json");
+        let is_form = essence == "application/x-www-form-urlencoded";
         let key_in_body = policy.key_in == KeyIn::Body;
         // Parsed once, for the body key and the canonical fingerprint both.
-        let json = if is_json || key_in_body {
+        let json = if is_json || (key_in_body && !is_form) {
             serde_json::from_slice::<serde_json::Value>(&body).ok()
         } else {
             None
         };
         let key = if key_in_body {
-            let field = BODY_KEY_FIELD;
-            match read_body_key(json.as_ref(), field, policy.key_max_length)
-                .map_err(|problem| IdempotencyError::InvalidBodyKey { field, problem })?
-            {
+            let field = policy.body_field.as_str();
+            let read = if is_form {
+                read_form_key(&body, field, policy.key_max_length)
+            } else {
+                read_body_key(json.as_ref(), field, policy.key_max_length)
+            };
+            match read.map_err(|problem| IdempotencyError::InvalidBodyKey {
+                field: field.to_owned(),
+                problem,
+            })? {
                 BodyKey::Found(key) => Some(key),
                 BodyKey::Absent => None,
                 BodyKey::NotAnObject if self.key_required() => {
                     return Err(IdempotencyError::MissingBodyKey {
-                        field,
+                        field: field.to_owned(),
                         not_json: true,
                     });
                 }
@@ -314,7 +326,7 @@ impl<DB: Backend> Idempotency<DB> {
                 header: self.inner.header.to_string(),
             },
             KeyIn::Body => IdempotencyError::MissingBodyKey {
-                field: BODY_KEY_FIELD,
+                field: self.inner.policy.body_field.clone(),
                 not_json: false,
             },
         }

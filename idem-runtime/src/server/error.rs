@@ -158,15 +158,15 @@ pub enum IdempotencyError {
         /// Header name.
         header: String,
     },
-    /// The operation requires a key in a JSON body field and none was found.
+    /// The operation requires a key in a body field and none was found.
     #[error(
         "this operation requires an idempotency key in the top-level {field:?} string field of \
-         a JSON request body{}",
+         a JSON (or form-urlencoded) request body{}",
         if *not_json { "; the request body is not a JSON object" } else { "" }
     )]
     MissingBodyKey {
-        /// The body field (`idempotency_key`).
-        field: &'static str,
+        /// The body field (`idempotency_key` unless configured).
+        field: String,
         /// The body is not a JSON object at all (not JSON, or an array or scalar).
         not_json: bool,
     },
@@ -178,11 +178,11 @@ pub enum IdempotencyError {
         /// What is wrong with it.
         problem: KeyProblem,
     },
-    /// The key in the JSON body is malformed.
+    /// The key in the request body is malformed.
     #[error("the {field:?} field of the request body {problem}")]
     InvalidBodyKey {
-        /// The body field (`idempotency_key`).
-        field: &'static str,
+        /// The body field (`idempotency_key` unless configured).
+        field: String,
         /// What is wrong with it.
         problem: KeyProblem,
     },

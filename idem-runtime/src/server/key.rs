@@ -62,7 +62,12 @@ pub(crate) fn encode_path_key(key: &str) -> String {
 /// exactly like a header key. A `%` without two hex digits after it is
 /// refused rather than passed through, so one key has one spelling.
 pub(crate) fn read_path_key(segment: &str, max_len: usize) -> Result<String, KeyProblem> {
-    let raw = segment.as_bytes();
+    validate(&percent_decode(segment.as_bytes(), false)?, max_len)
+}
+
+/// `%XX` → the byte; with `plus_is_space` (form bodies), `+` → a space. A
+/// `%` without two hex digits after it is refused, at its byte offset.
+fn percent_decode(raw: &[u8], plus_is_space: bool) -> Result<Vec<u8>, KeyProblem> {
     let mut decoded = Vec::with_capacity(raw.len());
     let mut i = 0;
     while let Some(&b) = raw.get(i) {
@@ -78,11 +83,11 @@ pub(crate) fn read_path_key(segment: &str, max_len: usize) -> Result<String, Key
                 _ => return Err(KeyProblem::MalformedEscape { position: i }),
             }
         } else {
-            decoded.push(b);
+            decoded.push(if plus_is_space && b == b'+' { b' ' } else { b });
             i += 1;
         }
     }
-    validate(&decoded, max_len)
+    Ok(decoded)
 }
 
 /// Where a key in the body stands.
@@ -112,6 +117,38 @@ pub(crate) fn read_body_key(
             validate(key.as_bytes(), max_len).map(BodyKey::Found)
         }
         Some(_) => Err(KeyProblem::NotAString),
+    }
+}
+
+/// Reads and validates field `field` of a form-urlencoded body
+/// (`a=1&IdempotencyKey=k-1`): `+` is a space and `%XX` a byte, as HTML
+/// forms encode them. A field given twice is refused, like a repeated header.
+pub(crate) fn read_form_key(
+    body: &[u8],
+    field: &str,
+    max_len: usize,
+) -> Result<BodyKey, KeyProblem> {
+    let mut found: Option<Vec<u8>> = None;
+    for pair in body.split(|b| *b == b'&').filter(|p| !p.is_empty()) {
+        let (name, value) = match pair.iter().position(|b| *b == b'=') {
+            Some(at) => {
+                let (name, rest) = pair.split_at(at);
+                (name, rest.get(1..).unwrap_or_default())
+            }
+            None => (pair, &[][..]),
+        };
+        // A name that does not decode is not the field.
+        if percent_decode(name, true).ok().as_deref() != Some(field.as_bytes()) {
+            continue;
+        }
+        if found.is_some() {
+            return Err(KeyProblem::Repeated);
+        }
+        found = Some(percent_decode(value, true)?);
+    }
+    match found {
+        Some(value) => validate(&value, max_len).map(BodyKey::Found),
+        None => Ok(BodyKey::Absent),
     }
 }
 
@@ -297,6 +334,35 @@ mod tests {
             None
         };
         super::fingerprint(method, path, json.as_ref(), body)
+    }
+
+    #[test]
+    fn read_form_key_decodes_one_field() {
+        let read = |body: &str| read_form_key(body.as_bytes(), "IdempotencyKey", 16);
+        assert_eq!(
+            read("Body=hi&IdempotencyKey=k-1"),
+            Ok(BodyKey::Found("k-1".into()))
+        );
+        assert_eq!(
+            read("IdempotencyKey=k%2D2&To=x"),
+            Ok(BodyKey::Found("k-2".into()))
+        );
+        assert_eq!(read("Idempotency%4Bey=k3"), Ok(BodyKey::Found("k3".into())));
+        assert_eq!(read("Body=hi"), Ok(BodyKey::Absent));
+        assert_eq!(read(""), Ok(BodyKey::Absent));
+        assert_eq!(read("IdempotencyKey="), Err(KeyProblem::Empty));
+        assert_eq!(
+            read("IdempotencyKey=a+b"),
+            Err(KeyProblem::NotVisibleAscii { position: 1 })
+        );
+        assert_eq!(
+            read("IdempotencyKey=a&IdempotencyKey=b"),
+            Err(KeyProblem::Repeated)
+        );
+        assert_eq!(
+            read("IdempotencyKey=%zz"),
+            Err(KeyProblem::MalformedEscape { position: 0 })
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 use crate::audit::{Findings, Rule, Severity};
-use crate::model::{BODY_KEY_FIELD, KeySource, Model, Operation};
+use crate::model::{BODY_KEY_FIELD, KeySource, Model, Operation, is_common_key_header};
+use crate::source::Pos;
 use crate::vocab::{IdempotencyExt, KeyIn, KeyRequirement};
 
 pub(crate) static RULE: Rule = Rule {
@@ -8,11 +9,14 @@ pub(crate) static RULE: Rule = Rule {
     severity: Severity::Warning,
     summary: "the key parameter is not a bounded header string, or disagrees with `key:`",
     docs: r#"## What it does
-Checks the idempotency-key parameter: it is a header (not a query or path
-parameter), its schema is a string with a `maxLength` of at most the
-configured `key-max-length` (255 by default), and its `required` agrees with
-`x-idempotency.key`. With `key-in: body`, the request body has an
-`idempotency_key` field.
+Checks the idempotency key wherever the spec shows it, declared or inferred:
+a key parameter is a header (not a query or path parameter); the header, or
+the key-named request-body field (`idempotency_key`, `idempotencyKey`,
+`IdempotencyKey`), is a string with a `maxLength` of at most the configured
+`key-max-length` (255 by default); and its `required` agrees with
+`x-idempotency.key` (the operation's own, or the document root's default).
+`key: none` on an operation that shows a key header or field is reported, and
+so is a `key:` or `key-in: body` on an operation that shows no key.
 
 ## Why is this bad?
 A key in the query string ends up in access logs and caches. Without a
@@ -46,6 +50,17 @@ fn check(model: &Model, out: &mut Findings<'_>) {
     }
 }
 
+/// The key as the spec shows it: a header parameter or a body field.
+struct Shown<'o> {
+    /// `parameter` or `field`, for messages.
+    what: &'static str,
+    name: &'o str,
+    required: bool,
+    schema_type: Option<&'o str>,
+    max_length: Option<u64>,
+    pos: Pos,
+}
+
 fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>) {
     let limit = op.settings.key_max_length;
     if let Some(p) = op.key.misplaced.and_then(|i| op.parameters.get(i)) {
@@ -63,88 +78,87 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
         );
     }
     let declared = op.key.declared;
-    let header = match &op.key.source {
-        Some(KeySource::Header { parameter, .. }) => parameter.and_then(|i| op.parameters.get(i)),
-        _ => None,
-    };
-    // A key parameter the policy ignores because `key: none` was declared.
-    let ignored = (declared.map(|d| d.value) == Some(KeyRequirement::None))
-        .then(|| {
-            op.parameters.iter().find(|p| {
-                p.location == "header"
-                    && (p.name.eq_ignore_ascii_case(&op.settings.header)
-                        || crate::model::COMMON_KEY_HEADERS
-                            .iter()
-                            .any(|h| h.eq_ignore_ascii_case(&p.name)))
-            })
-        })
-        .flatten();
-    if let (Some(p), Some(d)) = (ignored, declared) {
-        out.operation(
-            op,
-            d.pos,
-            format!(
-                "`key: none` but the operation declares the `{}` header",
-                p.name
-            ),
-            Some("remove the parameter, or declare `key: optional` or `required`".into()),
-        );
+    if let Some(d) = declared.filter(|d| d.value == KeyRequirement::None) {
+        none_but_shown(op, d.pos, out);
+        return;
     }
-    if let Some(p) = header {
-        if p.schema_type.as_deref().is_some_and(|t| t != "string") {
-            out.operation(
-                op,
-                p.pos,
-                format!(
-                    "key parameter `{}` is of type `{}`, not a string",
-                    p.name,
-                    p.schema_type.as_deref().unwrap_or("")
-                ),
-                Some("keys are opaque strings such as UUIDs or `order-739-confirm`".into()),
-            );
+    let shown = match &op.key.source {
+        Some(KeySource::Header { parameter, .. }) => {
+            parameter.and_then(|i| op.parameters.get(i)).map(|p| Shown {
+                what: "parameter",
+                name: &p.name,
+                required: p.required,
+                schema_type: p.schema_type.as_deref(),
+                max_length: p.max_length,
+                pos: p.pos,
+            })
         }
-        match p.max_length {
-            None => out.operation(
-                op,
-                p.pos,
-                format!("key parameter `{}` has no `maxLength`", p.name),
-                Some(format!("add `maxLength: {limit}` so integrators know the limit before production does")),
-            ),
-            Some(n) if n > u64::from(limit) => out.operation(
-                op,
-                p.pos,
-                format!("key parameter `{}` allows {n} characters, more than the {limit} the server accepts", p.name),
-                Some(format!("set `maxLength: {limit}`")),
-            ),
-            Some(_) => {}
-        }
+        Some(KeySource::Body { field }) => op
+            .request_body
+            .as_ref()
+            .and_then(|b| b.key_field(field))
+            .map(|f| Shown {
+                what: "field",
+                name: &f.name,
+                required: f.required,
+                schema_type: f.schema_type.as_deref(),
+                max_length: f.max_length,
+                pos: f.pos,
+            }),
+        None => None,
+    };
+    if let Some(k) = &shown {
+        check_shape(op, k, limit, out);
         if let Some(d) = declared {
-            let param_says = if p.required {
+            let shown_says = if k.required {
                 KeyRequirement::Required
             } else {
                 KeyRequirement::Optional
             };
-            if d.value != KeyRequirement::None && d.value != param_says {
-                // At the operation's `key:`, not the parameter: a shared
-                // parameter would put every operation's finding on one line,
-                // where identical findings collapse into one.
-                out.operation(
-                    op,
-                    d.pos,
-                    format!(
-                        "`key: {}` but parameter `{}` is {}",
-                        d.value,
-                        p.name,
-                        if p.required { "required" } else { "optional" }
+            if d.value != shown_says {
+                let state = if k.required { "required" } else { "optional" };
+                let wants = d.value == KeyRequirement::Required;
+                let help = Some(match k.what {
+                    "field" if wants => format!(
+                        "make them agree: list `{}` in the body schema's `required`",
+                        k.name
                     ),
-                    Some(format!(
-                        "make them agree: `required: {}` on the parameter",
-                        d.value == KeyRequirement::Required
-                    )),
-                );
+                    "field" => format!(
+                        "make them agree: drop `{}` from the body schema's `required`",
+                        k.name
+                    ),
+                    _ => format!("make them agree: `required: {wants}` on the parameter"),
+                });
+                if op.key.from_root() {
+                    // The root's default disagrees with this operation's own
+                    // key: say so where the key is, once per definition.
+                    out.operation(
+                        op,
+                        k.pos,
+                        format!(
+                            "the document's `key: {}` but key {} `{}` is {state}",
+                            d.value, k.what, k.name
+                        ),
+                        help,
+                    );
+                } else {
+                    // At the operation's `key:`, not the parameter: a shared
+                    // parameter would put every operation's finding on one
+                    // line, where identical findings collapse into one.
+                    out.operation(
+                        op,
+                        d.pos,
+                        format!("`key: {}` but {} `{}` is {state}", d.value, k.what, k.name),
+                        help,
+                    );
+                }
             }
         }
-    } else if let Some(d) = declared.filter(|d| d.value != KeyRequirement::None) {
+        return;
+    }
+    // The root's `key:` names no parameter or field on each operation: the
+    // header (or field) is the document's, and generators add it.
+    if let Some(d) = declared.filter(|_| !op.key.from_root()) {
         match &op.key.source {
             Some(KeySource::Header { name, .. }) => out.operation(
                 op,
@@ -155,20 +169,14 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
                 ),
                 Some("declare the header parameter so clients and docs show it".into()),
             ),
-            Some(KeySource::Body { field }) => {
-                let has_field = op
-                    .request_body
-                    .as_ref()
-                    .is_some_and(|b| b.properties.iter().any(|p| p == field));
-                if !has_field {
-                    out.operation(
-                        op,
-                        d.pos,
-                        format!("`key-in: body` but the request body has no `{BODY_KEY_FIELD}` field"),
-                        Some(format!("add `{BODY_KEY_FIELD}` (a string with `maxLength: {limit}`) to the request body schema")),
-                    );
-                }
-            }
+            Some(KeySource::Body { field }) => out.operation(
+                op,
+                d.pos,
+                format!("`key-in: body` but the request body has no `{field}` field"),
+                Some(format!(
+                    "add `{field}` (a string with `maxLength: {limit}`) to the request body schema"
+                )),
+            ),
             None => {}
         }
     } else if declared.is_none()
@@ -176,7 +184,7 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
         // Set on this operation, not inherited: a root `key-in: body` does
         // not make every operation without a body field promise a key.
         && root.key_in.is_none_or(|r| r.pos != key_in.pos)
-        && !op.request_body.as_ref().is_some_and(|b| b.properties.iter().any(|p| p == BODY_KEY_FIELD))
+        && op.key.source.is_none()
     {
         // Without the field the operation takes no key at all, so the
         // `key-in: body` it asked for is silently ignored.
@@ -184,7 +192,72 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
             op,
             key_in.pos,
             format!("`key-in: body` but the request body has no `{BODY_KEY_FIELD}` field"),
-            Some(format!("add `{BODY_KEY_FIELD}` (a string with `maxLength: {limit}`) to the request body schema")),
+            Some(format!(
+                "add `{BODY_KEY_FIELD}` (a string with `maxLength: {limit}`) to the request body schema"
+            )),
         );
+    }
+}
+
+/// `key: none` on an operation whose spec shows a key header or body field.
+fn none_but_shown(op: &Operation, at: Pos, out: &mut Findings<'_>) {
+    let header = op.parameters.iter().find(|p| {
+        p.location == "header"
+            && (p.name.eq_ignore_ascii_case(&op.settings.header) || is_common_key_header(&p.name))
+    });
+    if let Some(p) = header {
+        out.operation(
+            op,
+            at,
+            format!(
+                "`key: none` but the operation declares the `{}` header",
+                p.name
+            ),
+            Some("remove the parameter, or declare `key: optional` or `required`".into()),
+        );
+    } else if let Some(f) = op.request_body.as_ref().and_then(|b| b.key_fields.first()) {
+        out.operation(
+            op,
+            at,
+            format!(
+                "`key: none` but the request body has the key field `{}`",
+                f.name
+            ),
+            Some("if the server deduplicates by it, declare `key: optional` or `required`".into()),
+        );
+    }
+}
+
+fn check_shape(op: &Operation, k: &Shown<'_>, limit: u32, out: &mut Findings<'_>) {
+    if let Some(ty) = k.schema_type.filter(|t| *t != "string") {
+        out.operation(
+            op,
+            k.pos,
+            format!(
+                "key {} `{}` is of type `{ty}`, not a string",
+                k.what, k.name
+            ),
+            Some("keys are opaque strings such as UUIDs or `order-739-confirm`".into()),
+        );
+    }
+    match k.max_length {
+        None => out.operation(
+            op,
+            k.pos,
+            format!("key {} `{}` has no `maxLength`", k.what, k.name),
+            Some(format!(
+                "add `maxLength: {limit}` so integrators know the limit before production does"
+            )),
+        ),
+        Some(n) if n > u64::from(limit) => out.operation(
+            op,
+            k.pos,
+            format!(
+                "key {} `{}` allows {n} characters, more than the {limit} the server accepts",
+                k.what, k.name
+            ),
+            Some(format!("set `maxLength: {limit}`")),
+        ),
+        Some(_) => {}
     }
 }

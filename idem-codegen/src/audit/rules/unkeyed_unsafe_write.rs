@@ -1,5 +1,11 @@
 use crate::audit::{Findings, Rule, Severity};
-use crate::model::{BODY_KEY_FIELD, Model, RetryClass};
+use crate::model::{Method, Model, Operation, RetryClass};
+
+/// Words that name a read: RPC-style APIs (Plaid's `/accounts/get`, Square's
+/// `/v2/customers/search`) send reads as POSTs.
+const QUERY_WORDS: &[&str] = &[
+    "get", "list", "search", "query", "find", "lookup", "retrieve", "fetch",
+];
 
 pub(crate) static RULE: Rule = Rule {
     code: "IDEM001",
@@ -12,6 +18,15 @@ idempotent (a POST or PATCH with no declared effect, or any method whose
 `x-idempotency.effect` is `create`, `append`, `increment`, `decrement` or
 `external`), it accepts no idempotency key, and it carries no `unsafe-retry`
 warning for integrators.
+
+An operation accepts a key when it declares `key: required | optional`,
+inherits the document root's `key:`, or already shows one: a key header
+(`Idempotency-Key`, `X-Idempotency-Key`, `PayPal-Request-Id`,
+`Repeatability-Request-ID`, `…-Idempotency-Key`) or a top-level request-body
+field named `idempotency_key`, `idempotencyKey` or `IdempotencyKey`. A trace
+id such as `X-Request-Id` is not a key. When a POST's path or operationId
+reads like a query (`…/search`, `/accounts/get`, `listOrders`), the help line
+suggests `effect: read`: RPC-style APIs send reads as POSTs.
 
 ## Why is this bad?
 Networks fail after the server acted and before the client heard back. The
@@ -75,17 +90,95 @@ fn check(model: &Model, out: &mut Findings<'_>) {
         let body_key = op
             .request_body
             .as_ref()
-            .is_some_and(|b| b.properties.iter().any(|p| p == BODY_KEY_FIELD));
-        let help = if body_key {
-            format!(
-                "the request body has an `{BODY_KEY_FIELD}` field; if that is the key, declare `x-idempotency: {{ key-in: body }}`"
-            )
-        } else {
-            format!(
+            .and_then(|b| b.key_fields.first())
+            .map(|f| f.name.as_str());
+        let mut help = match body_key {
+            Some(field) if op.key.declared.is_some() => format!(
+                "the request body has an `{field}` field; if that is the key, remove `key: none`"
+            ),
+            Some(field) => format!(
+                "the request body has an `{field}` field; if that is the key, declare `x-idempotency: {{ key-in: body }}`"
+            ),
+            None => format!(
                 "accept an `{}` header (`x-idempotency: {{ key: required }}` and the parameter), or warn integrators with `unsafe-retry: \"…\"`",
                 op.settings.header
-            )
+            ),
         };
+        if op.method == Method::Post
+            && op.declared_effect.is_none()
+            && let Some(word) = reads_like_query(op)
+        {
+            help = format!(
+                "it reads like a query (`{word}`): if it changes nothing, declare `x-idempotency: {{ effect: read }}`; otherwise {help}"
+            );
+        }
         out.operation(op, op.pos, message, Some(help));
+    }
+}
+
+/// The query word an operation's last path segment or operationId leads or
+/// ends with (`/accounts/get`, `searchCustomers`, `batch-retrieve`), if any.
+fn reads_like_query(op: &Operation) -> Option<String> {
+    let segment = op
+        .path
+        .rsplit('/')
+        .find(|s| !s.is_empty() && !s.starts_with('{'))
+        .unwrap_or("");
+    [segment, op.operation_id.as_deref().unwrap_or("")]
+        .into_iter()
+        .find_map(|name| {
+            let words = words(name);
+            // `batchRetrieveOrders`, `bulk-get`: the verb after the prefix.
+            let lead = match words.first().map(String::as_str) {
+                Some("batch" | "bulk") => words.get(1),
+                _ => words.first(),
+            };
+            [lead, words.last()]
+                .into_iter()
+                .flatten()
+                .find(|w| QUERY_WORDS.contains(&w.as_str()))
+                .cloned()
+        })
+}
+
+/// `searchCatalogObjects` / `batch-retrieve` / `Accounts_Get` → lower-case words.
+fn words(name: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut current = String::new();
+    let mut prev_lower = false;
+    for c in name.chars() {
+        if !c.is_ascii_alphanumeric() {
+            if !current.is_empty() {
+                out.push(std::mem::take(&mut current));
+            }
+            prev_lower = false;
+            continue;
+        }
+        if c.is_ascii_uppercase() && prev_lower && !current.is_empty() {
+            out.push(std::mem::take(&mut current));
+        }
+        prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        current.push(c.to_ascii_lowercase());
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::words;
+
+    #[test]
+    fn splits_names_into_words() {
+        assert_eq!(
+            words("searchCatalogObjects"),
+            ["search", "catalog", "objects"]
+        );
+        assert_eq!(words("batch-retrieve"), ["batch", "retrieve"]);
+        assert_eq!(words("Accounts_Get"), ["accounts", "get"]);
+        assert_eq!(words("getV2Orders"), ["get", "v2", "orders"]);
+        assert_eq!(words(""), Vec::<String>::new());
     }
 }
