@@ -4,9 +4,7 @@
 //!
 //! ```no_run
 //! // build.rs
-//! fn main() {
-//!     idem_codegen::build::compile("openapi.yaml").expect("openapi.yaml generates");
-//! }
+//! idem_codegen::build::compile("openapi.yaml").expect("openapi.yaml generates");
 //! ```
 //!
 //! and in the crate:
@@ -173,14 +171,17 @@ impl Config {
                 .ok_or(BuildError::NoOutDir)?,
         };
         let path = out_dir.join(format!("{}.rs", self.file_name));
-        let module = generate::naming::snake(&self.file_name, "api");
-        write_if_changed(
-            &path,
-            &generate::included(&generated, module.trim_start_matches("r#")),
-        )
-        .map_err(|source| BuildError::Write {
-            path: path.display().to_string(),
-            source,
+        // A name of its own, so the module never repeats the name of the
+        // module the user includes it in.
+        let module = format!(
+            "generated_{}",
+            generate::naming::snake(&self.file_name, "api").trim_start_matches("r#")
+        );
+        write_if_changed(&path, &generate::included(&generated, &module)).map_err(|source| {
+            BuildError::Write {
+                path: path.display().to_string(),
+                source,
+            }
         })?;
         Ok(())
     }

@@ -265,7 +265,7 @@ impl<'m> TypeSpace<'m> {
     }
 
     fn variant_name(&self, variant: &Schema) -> String {
-        let base = match &variant.kind {
+        match &variant.kind {
             Kind::Ref(id) => self.model.schemas.get(*id).map_or_else(
                 || "Variant".to_owned(),
                 |n| naming::camel(&n.name, "Variant"),
@@ -280,8 +280,7 @@ impl<'m> TypeSpace<'m> {
                 .title
                 .as_deref()
                 .map_or_else(|| "Object".to_owned(), |t| naming::camel(t, "Object")),
-        };
-        base
+        }
     }
 
     fn object(&mut self, object: &Object, name: &str) -> Body {

@@ -541,6 +541,10 @@ pub struct Raw {
     pub body: Bytes,
 }
 
+#[allow(
+    clippy::result_large_err,
+    reason = "these build the error every generated call returns, on the error path only; boxing would add an allocation and a field access to every caller"
+)]
 impl Raw {
     /// The status code.
     pub fn status(&self) -> u16 {
