@@ -1,5 +1,7 @@
 //! Proc macros over idem-codegen.
 //!
+//! [`client!`] generates the typed client of a spec where it is invoked.
+//!
 //! [`audited!`] runs `idem audit` while your crate compiles: every
 //! error-severity finding becomes a compile error naming the spec's
 //! `file:line:column`, so an unsafe-to-retry operation cannot ship.
@@ -50,8 +52,77 @@ pub fn audited(input: TokenStream) -> TokenStream {
     }
 }
 
+/// Generate the typed client of an OpenAPI document at compile time; the
+/// path is relative to the crate's `Cargo.toml`. Every audit error and
+/// every spec error is a compile error naming the spec's
+/// `file:line:column`; the items land where the macro is invoked.
+///
+/// ```
+/// mod payments {
+///     idem_macros::client!("../fixtures/payments-clean.yaml");
+/// }
+/// let client = payments::Client::new("https://api.example.com").unwrap();
+/// # let _ = client;
+/// ```
+///
+/// ```compile_fail
+/// // POST /v2/refunds accepts no key and carries no warning.
+/// idem_macros::client!("../fixtures/cratebase.yaml");
+/// ```
+#[proc_macro]
+pub fn client(input: TokenStream) -> TokenStream {
+    let lit = parse_macro_input!(input as LitStr);
+    let root = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(PathBuf::new, PathBuf::from);
+    let path = root.join(lit.value());
+    let fail = |messages: Vec<String>| -> TokenStream {
+        let mut errors = messages.into_iter().map(|m| syn::Error::new(lit.span(), m));
+        let mut first = errors
+            .next()
+            .unwrap_or_else(|| syn::Error::new(lit.span(), "idem generation failed"));
+        for e in errors {
+            first.combine(e);
+        }
+        first.to_compile_error().into()
+    };
+    let model = match audited_model(&path) {
+        Ok(model) => model,
+        Err(messages) => return fail(messages),
+    };
+    let options = idem_codegen::generate::Options { client: true };
+    let generated = match idem_codegen::generate::generate(&model, &options) {
+        Ok(g) => g,
+        Err(e) => return fail(vec![e.to_string()]),
+    };
+    let text = idem_codegen::generate::included(&generated, "generated_client");
+    let items: proc_macro2::TokenStream = match text.parse() {
+        Ok(items) => items,
+        Err(e) => return fail(vec![format!("generated code does not tokenize: {e}")]),
+    };
+    // Every file the spec loaded, referenced so a change recompiles.
+    let files: Vec<String> = (0..model.document.sources.len())
+        .filter_map(|i| {
+            let id = idem_codegen::source::FileId(u32::try_from(i).ok()?);
+            model
+                .document
+                .sources
+                .get(id)
+                .map(|f| f.path.to_string_lossy().into_owned())
+        })
+        .collect();
+    quote! {
+        #items
+        #(const _: &[u8] = ::core::include_bytes!(#files);)*
+    }
+    .into()
+}
+
 /// Every error-severity finding (or the load error), one message each.
 fn check(path: &std::path::Path) -> Result<(), Vec<String>> {
+    audited_model(path).map(drop)
+}
+
+/// The model of a spec with no error-severity finding.
+fn audited_model(path: &std::path::Path) -> Result<idem_codegen::model::Model, Vec<String>> {
     use idem_codegen::{audit, build_script::location_message, load::Document, model};
     let document =
         Document::load(path).map_err(|f| vec![location_message(&f.sources, &f.error)])?;
@@ -81,7 +152,7 @@ fn check(path: &std::path::Path) -> Result<(), Vec<String>> {
         })
         .collect();
     if errors.is_empty() {
-        Ok(())
+        Ok(model)
     } else {
         Err(errors)
     }
