@@ -42,40 +42,28 @@ pub fn words(raw: &str) -> String {
 
 /// `snake_case`, for fields, methods and modules. Empty input gives `fallback`.
 pub fn snake(raw: &str, fallback: &str) -> String {
-    let name = words(raw).to_snake_case();
-    guard(
-        if name.is_empty() {
-            fallback.to_owned()
-        } else {
-            name
-        },
-        "_",
-    )
+    cased(raw, fallback, |w| w.to_snake_case(), "_")
 }
 
 /// `UpperCamelCase`, for types and variants. Empty input gives `fallback`.
 pub fn camel(raw: &str, fallback: &str) -> String {
-    let name = words(raw).to_upper_camel_case();
-    guard(
-        if name.is_empty() {
-            fallback.to_owned()
-        } else {
-            name
-        },
-        "V",
-    )
+    cased(raw, fallback, |w| w.to_upper_camel_case(), "V")
 }
 
 /// `SHOUTY_SNAKE_CASE`, for constants.
 pub fn shouty(raw: &str, fallback: &str) -> String {
-    let name = words(raw).to_shouty_snake_case();
+    cased(raw, fallback, |w| w.to_shouty_snake_case(), "_")
+}
+
+fn cased(raw: &str, fallback: &str, case: fn(&str) -> String, digit_prefix: &str) -> String {
+    let name = case(&words(raw));
     guard(
         if name.is_empty() {
             fallback.to_owned()
         } else {
             name
         },
-        "_",
+        digit_prefix,
     )
 }
 
