@@ -55,6 +55,7 @@ pub fn compile(spec: impl AsRef<Path>) -> Result<(), BuildError> {
 #[derive(Debug, Clone)]
 pub struct Config {
     client: bool,
+    server: bool,
     docs_dir: Option<PathBuf>,
     out_dir: Option<PathBuf>,
     file_name: String,
@@ -65,6 +66,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             client: true,
+            server: false,
             docs_dir: None,
             out_dir: None,
             file_name: "idem_api".to_owned(),
@@ -87,6 +89,18 @@ impl Config {
     /// ```
     pub fn client(&mut self, on: bool) -> &mut Self {
         self.client = on;
+        self
+    }
+
+    /// Whether to generate the server scaffolding: the `Api` trait, the
+    /// typed inputs and replies, and `router` (default `false`).
+    ///
+    /// ```
+    /// let mut config = idem_codegen::build::Config::new();
+    /// config.server(true);
+    /// ```
+    pub fn server(&mut self, on: bool) -> &mut Self {
+        self.server = on;
         self
     }
 
@@ -162,6 +176,7 @@ impl Config {
             &model,
             &Options {
                 client: self.client,
+                server: self.server,
             },
         )?;
         let out_dir = match &self.out_dir {

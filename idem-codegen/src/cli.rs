@@ -97,7 +97,7 @@ pub struct GenerateArgs {
     /// everything available).
     #[arg(long)]
     pub client: bool,
-    /// Generate the server scaffolding (not available in this version).
+    /// Generate the server scaffolding: the `Api` trait and `router`.
     #[arg(long)]
     pub server: bool,
     /// Write the integrator docs page to DIR/docs/.
@@ -332,16 +332,13 @@ fn run_generate(
     stderr: &mut dyn Write,
 ) -> std::io::Result<i32> {
     let err_color = use_color(args.color, std::io::stderr().is_terminal());
-    if args.server {
-        writeln!(
-            stderr,
-            "error: --server is not available in this version of idem; `--client` generates the typed client, `--docs` the docs page"
-        )?;
-        return Ok(EXIT_ERROR);
-    }
-    // None of the three: everything this version generates.
-    let everything = !args.client && !args.docs;
-    let (client, docs) = (args.client || everything, args.docs || everything);
+    // None of the three: all three.
+    let everything = !args.client && !args.server && !args.docs;
+    let (client, server, docs) = (
+        args.client || everything,
+        args.server || everything,
+        args.docs || everything,
+    );
     let started = std::time::Instant::now();
     let model = match load_model(&args.spec, stderr, err_color)? {
         Some(model) => model,
@@ -379,8 +376,8 @@ fn run_generate(
             }
         }
     }
-    let generated = if client {
-        match crate::generate::generate(&model, &crate::generate::Options { client: true }) {
+    let generated = if client || server {
+        match crate::generate::generate(&model, &crate::generate::Options { client, server }) {
             Ok(g) => Some(g),
             Err(e) => {
                 writeln!(stderr, "error: {e}")?;

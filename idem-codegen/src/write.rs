@@ -39,12 +39,18 @@ pub fn package_name(raw: &str) -> String {
 /// The files of a crate holding `generated`: `Cargo.toml` and `src/lib.rs`.
 pub fn crate_files(generated: &Generated, name: &str, title: &str, runtime: &Runtime) -> Vec<File> {
     let version = env!("CARGO_PKG_VERSION");
+    let features = generated
+        .features
+        .iter()
+        .map(|f| format!("{f:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let dependency = match runtime {
         Runtime::Registry => format!(
-            "idem-runtime = {{ version = \"{version}\", default-features = false, features = [\"client\"] }}"
+            "idem-runtime = {{ version = \"{version}\", default-features = false, features = [{features}] }}"
         ),
         Runtime::Path(path) => format!(
-            "idem-runtime = {{ path = {:?}, default-features = false, features = [\"client\"] }}",
+            "idem-runtime = {{ path = {:?}, default-features = false, features = [{features}] }}",
             path.display().to_string()
         ),
     };

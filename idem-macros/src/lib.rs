@@ -1,6 +1,7 @@
 //! Proc macros over idem-codegen.
 //!
-//! [`client!`] generates the typed client of a spec where it is invoked.
+//! [`client!`] generates the typed client of a spec where it is invoked,
+//! [`server!`] its server scaffolding.
 //!
 //! [`audited!`] runs `idem audit` while your crate compiles: every
 //! error-severity finding becomes a compile error naming the spec's
@@ -71,6 +72,48 @@ pub fn audited(input: TokenStream) -> TokenStream {
 /// ```
 #[proc_macro]
 pub fn client(input: TokenStream) -> TokenStream {
+    expand(
+        input,
+        idem_codegen::generate::Options {
+            client: true,
+            server: false,
+        },
+        "generated_client",
+    )
+}
+
+/// Generate the server scaffolding of an OpenAPI document at compile time:
+/// the `Api` trait to implement, the typed inputs and replies, and
+/// `router`. The path is relative to the crate's `Cargo.toml`; errors are
+/// compile errors naming the spec's `file:line:column`.
+///
+/// ```
+/// mod payments {
+///     idem_macros::server!("../fixtures/payments-clean.yaml");
+/// }
+/// use idem_runtime::sqlx::Sqlite;
+/// fn serve<A: payments::Api<Sqlite>>(api: A, idem: &idem_runtime::server::Idempotency<Sqlite>) {
+///     let router = payments::router(api, idem);
+///     # let _ = router;
+/// }
+/// ```
+#[proc_macro]
+pub fn server(input: TokenStream) -> TokenStream {
+    expand(
+        input,
+        idem_codegen::generate::Options {
+            client: false,
+            server: true,
+        },
+        "generated_server",
+    )
+}
+
+fn expand(
+    input: TokenStream,
+    options: idem_codegen::generate::Options,
+    module: &str,
+) -> TokenStream {
     let lit = parse_macro_input!(input as LitStr);
     let root = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(PathBuf::new, PathBuf::from);
     let path = root.join(lit.value());
@@ -88,12 +131,11 @@ pub fn client(input: TokenStream) -> TokenStream {
         Ok(model) => model,
         Err(messages) => return fail(messages),
     };
-    let options = idem_codegen::generate::Options { client: true };
     let generated = match idem_codegen::generate::generate(&model, &options) {
         Ok(g) => g,
         Err(e) => return fail(vec![e.to_string()]),
     };
-    let text = idem_codegen::generate::included(&generated, "generated_client");
+    let text = idem_codegen::generate::included(&generated, module);
     let items: proc_macro2::TokenStream = match text.parse() {
         Ok(items) => items,
         Err(e) => return fail(vec![format!("generated code does not tokenize: {e}")]),

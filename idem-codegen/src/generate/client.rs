@@ -214,7 +214,7 @@ fn number(n: impl Into<u64>) -> proc_macro2::Literal {
 
 /// How a body in one media type is sent or read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Encoding {
+pub(super) enum Encoding {
     Json,
     Form,
     Multipart,
@@ -222,7 +222,7 @@ enum Encoding {
     Bytes,
 }
 
-fn encoding_of(media: &str) -> Encoding {
+pub(super) fn encoding_of(media: &str) -> Encoding {
     let media = media.to_ascii_lowercase();
     let essence = media.split(';').next().unwrap_or("").trim();
     if essence == "application/json"
@@ -464,13 +464,16 @@ fn path_arg_type(space: &TypeSpace<'_>, ty: &Ty) -> TokenStream {
     }
 }
 
-fn is_key_parameter(op: &Operation, p: &crate::model::Parameter) -> bool {
+pub(super) fn is_key_parameter(op: &Operation, p: &crate::model::Parameter) -> bool {
     p.location == "header"
         && op.key.requirement != KeyRequirement::None
         && matches!(&op.key.source, Some(KeySource::Header { name, .. }) if name.eq_ignore_ascii_case(&p.name))
 }
 
-fn query_style(style: Option<&str>, explode: Option<bool>) -> (proc_macro2::Ident, bool) {
+pub(super) fn query_style(
+    style: Option<&str>,
+    explode: Option<bool>,
+) -> (proc_macro2::Ident, bool) {
     let (style, default_explode) = match style {
         Some("deepObject") => ("DeepObject", true),
         Some("spaceDelimited") => ("SpaceDelimited", false),
@@ -662,7 +665,7 @@ fn request_body(
     (Some(quote!(body: &#enum_ident)), body_set, items)
 }
 
-fn encoding_name(enc: Encoding) -> &'static str {
+pub(super) fn encoding_name(enc: Encoding) -> &'static str {
     match enc {
         Encoding::Json => "Json",
         Encoding::Form => "Form",
@@ -829,7 +832,7 @@ fn status_suffix(status: &str) -> String {
     }
 }
 
-fn status_variant(status: &str) -> String {
+pub(super) fn status_variant(status: &str) -> String {
     let named = match status {
         "200" => "Ok",
         "201" => "Created",

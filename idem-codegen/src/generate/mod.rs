@@ -4,6 +4,7 @@
 
 mod client;
 pub mod naming;
+mod server;
 pub(crate) mod types;
 
 use proc_macro2::TokenStream;
@@ -16,6 +17,8 @@ use crate::model::Model;
 pub struct Options {
     /// The typed client SDK.
     pub client: bool,
+    /// The server scaffolding: the `Api` trait, the reply types and `router`.
+    pub server: bool,
 }
 
 /// What [`generate`] produced.
@@ -25,6 +28,8 @@ pub struct Generated {
     pub items: String,
     /// Lines of Rust generated.
     pub lines: usize,
+    /// The `idem-runtime` features the code needs (`client`, `server`).
+    pub features: Vec<&'static str>,
 }
 
 /// Why generation failed (the generated code itself could not be formatted,
@@ -125,17 +130,31 @@ pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateE
     } else {
         TokenStream::new()
     };
+    let server = if options.server {
+        server::emit(model, &mut space)
+    } else {
+        TokenStream::new()
+    };
     space.finish();
     let types = space.render();
     let tokens = quote! {
         #types
         #client
+        #server
     };
     let file =
         syn::parse2::<syn::File>(tokens).map_err(|e| GenerateError::Unparsable(e.to_string()))?;
     let items = spaced(&prettyplease::unparse(&file));
     let lines = items.lines().count();
-    Ok(Generated { items, lines })
+    let features = [("client", options.client), ("server", options.server)]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect();
+    Ok(Generated {
+        items,
+        lines,
+        features,
+    })
 }
 
 /// `generated.items` as a crate's `lib.rs`: header, lint allowances, items.

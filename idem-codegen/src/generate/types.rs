@@ -101,10 +101,14 @@ pub(crate) struct TypeSpace<'m> {
     pub(crate) namer: Namer,
     named: Vec<Option<usize>>,
     pending: Vec<(SchemaRef, usize)>,
+    /// Inline schemas already given a type, by the address of their node in
+    /// the model (which outlives the space): the client and the server ask
+    /// for the same body and get the same type.
+    inline: std::collections::HashMap<usize, usize>,
 }
 
 /// Names the generated code itself defines next to the API's types.
-pub(crate) const RESERVED_TYPES: &[&str] = &["Client", "Error", "Result"];
+pub(crate) const RESERVED_TYPES: &[&str] = &["Client", "Error", "Result", "Api"];
 
 impl<'m> TypeSpace<'m> {
     pub(crate) fn new(model: &'m Model) -> Self {
@@ -114,6 +118,7 @@ impl<'m> TypeSpace<'m> {
             namer: Namer::reserving(RESERVED_TYPES),
             named: vec![None; model.schemas.named.len()],
             pending: Vec::new(),
+            inline: std::collections::HashMap::new(),
         };
         // Named schemas claim their names before any inline type does.
         for index in 0..model.schemas.named.len() {
@@ -168,7 +173,11 @@ impl<'m> TypeSpace<'m> {
     /// The Rust type of `schema`, naming any inline type after `context`.
     pub(crate) fn ty(&mut self, schema: &Schema, context: &str) -> Ty {
         let ty = self.bare(schema, context);
-        if schema.nullable && !matches!(ty, Ty::Option(_) | Ty::Unit | Ty::Value) {
+        // A named schema that is itself nullable makes every use optional.
+        let nullable = schema.nullable
+            || matches!(&schema.kind, Kind::Ref(id)
+                if self.model.schemas.get(*id).is_some_and(|n| n.schema.nullable));
+        if nullable && !matches!(ty, Ty::Option(_) | Ty::Unit | Ty::Value) {
             Ty::Option(Box::new(ty))
         } else {
             ty
@@ -203,10 +212,25 @@ impl<'m> TypeSpace<'m> {
             Kind::Any | Kind::AllOf(_) | Kind::Unsupported(_) => Ty::Value,
             Kind::Null => Ty::Unit,
             Kind::Object(_) | Kind::StringEnum(_) | Kind::IntegerEnum(_) | Kind::OneOf { .. } => {
+                let address = std::ptr::from_ref(schema) as usize;
+                if let Some(index) = self.inline.get(&address) {
+                    return Ty::Def(*index);
+                }
                 let name = self.namer.unique(&naming::camel(context, "Type"));
+                // Reserved first, so a type that refers to itself finds it.
+                let index = self.defs.len();
+                self.defs.push(TypeDef {
+                    name: name.clone(),
+                    doc: String::new(),
+                    deprecated: false,
+                    body: Body::Pending,
+                });
+                self.inline.insert(address, index);
                 let def = self.define(schema, &name);
-                self.defs.push(def);
-                Ty::Def(self.defs.len() - 1)
+                if let Some(slot) = self.defs.get_mut(index) {
+                    *slot = def;
+                }
+                Ty::Def(index)
             }
         }
     }
@@ -251,10 +275,9 @@ impl<'m> TypeSpace<'m> {
                     tag: discriminator.as_ref().map(|d| d.property.clone()),
                 }
             }
-            _ => {
-                let ty = self.ty(schema, &format!("{name}Inner"));
-                Body::Alias(ty)
-            }
+            // The alias is of the non-null type: uses of a nullable named
+            // schema are made optional where they are used (see `ty`).
+            _ => Body::Alias(self.bare(schema, &format!("{name}Inner"))),
         };
         TypeDef {
             name: name.to_owned(),

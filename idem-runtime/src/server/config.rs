@@ -393,6 +393,11 @@ impl Policy {
         self.replay_window
     }
 
+    /// The largest request body read, in bytes.
+    pub fn max_request_body_bytes(&self) -> usize {
+        self.max_request_body
+    }
+
     /// How long a duplicate of an uncommitted request waits before getting
     /// the in-flight answer: the [`InFlight::Wait`] bound, or
     /// [`Policy::duplicate_wait`].

@@ -2,7 +2,7 @@
 //! existing record, and complete it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -61,15 +61,26 @@ pub(crate) struct Inner<DB: Backend> {
     pub(crate) policy: Policy,
     pub(crate) header: HeaderName,
     pub(crate) replay_headers: Vec<HeaderName>,
-    scope: Box<dyn ScopeExtractor>,
-    pub(crate) operations: RwLock<HashMap<String, Arc<dyn Operation<DB>>>>,
+    scope: Arc<dyn ScopeExtractor>,
+    /// Shared by every instance derived with [`Idempotency::with_policy`].
+    pub(crate) shared: Arc<Shared<DB>>,
+}
+
+/// What the instances derived from one builder share: the registry of phased
+/// operations (each with the instance, and so the policy, it runs under) and
+/// the horizons of every policy in use, so one completer and one reaper serve
+/// them all.
+pub(crate) struct Shared<DB: Backend> {
+    operations: RwLock<HashMap<String, (Arc<dyn Operation<DB>>, Weak<Inner<DB>>)>>,
+    /// `(lock_timeout, reaper_after)` of every policy in use.
+    horizons: RwLock<Vec<(Duration, Duration)>>,
 }
 
 /// Builds an [`Idempotency`]; a scope source is mandatory.
 pub struct IdempotencyBuilder<DB: Backend> {
     store: Store<DB>,
     policy: Policy,
-    scope: Option<Box<dyn ScopeExtractor>>,
+    scope: Option<Arc<dyn ScopeExtractor>>,
 }
 
 impl<DB: Backend> std::fmt::Debug for IdempotencyBuilder<DB> {
@@ -90,7 +101,7 @@ impl<DB: Backend> IdempotencyBuilder<DB> {
 
     /// Sets where the scope comes from: the authenticated caller.
     pub fn scope(mut self, extractor: impl ScopeExtractor) -> Self {
-        self.scope = Some(Box::new(extractor));
+        self.scope = Some(Arc::new(extractor));
         self
     }
 
@@ -101,7 +112,7 @@ impl<DB: Backend> IdempotencyBuilder<DB> {
         tracing::warn!(
             "idempotency keys are scoped globally: callers can collide and read each other's responses"
         );
-        self.scope = Some(Box::new(GlobalScope));
+        self.scope = Some(Arc::new(GlobalScope));
         self
     }
 
@@ -112,11 +123,17 @@ impl<DB: Backend> IdempotencyBuilder<DB> {
         Ok(Idempotency {
             inner: Arc::new(Inner {
                 store: self.store,
-                policy: self.policy,
                 header: validated.header,
                 replay_headers: validated.replay_headers,
                 scope,
-                operations: RwLock::new(HashMap::new()),
+                shared: Arc::new(Shared {
+                    operations: RwLock::new(HashMap::new()),
+                    horizons: RwLock::new(vec![(
+                        self.policy.lock_timeout,
+                        self.policy.reaper_after,
+                    )]),
+                }),
+                policy: self.policy,
             }),
         })
     }
@@ -186,6 +203,54 @@ impl<DB: Backend> Idempotency<DB> {
     /// The policy.
     pub fn policy(&self) -> &Policy {
         &self.inner.policy
+    }
+
+    /// The same store, scope source, completer and reaper under another
+    /// policy: one per route, where operations declare different key
+    /// headers, windows or in-flight modes. Phased operations registered on
+    /// the result are resumed under its policy by the completer of any
+    /// instance, and the reaper keeps every record until the longest
+    /// `reaper-after` in use has passed.
+    ///
+    /// ```no_run
+    /// # use idem_runtime::server::*;
+    /// # async fn demo(idem: Idempotency<sqlx::Sqlite>) -> Result<(), ConfigError> {
+    /// let refunds = idem.with_policy(Policy::new().replay_window(std::time::Duration::from_secs(3600)))?;
+    /// # let _ = refunds; Ok(()) }
+    /// ```
+    pub fn with_policy(&self, policy: Policy) -> Result<Idempotency<DB>, ConfigError> {
+        let validated = policy.validate()?;
+        if let Ok(mut horizons) = self.inner.shared.horizons.write() {
+            horizons.push((policy.lock_timeout, policy.reaper_after));
+        }
+        Ok(Idempotency {
+            inner: Arc::new(Inner {
+                store: self.inner.store.clone(),
+                header: validated.header,
+                replay_headers: validated.replay_headers,
+                scope: Arc::clone(&self.inner.scope),
+                shared: Arc::clone(&self.inner.shared),
+                policy,
+            }),
+        })
+    }
+
+    /// The shortest lock timeout and the longest reaper horizon of every
+    /// policy sharing this store.
+    pub(crate) fn horizons(&self) -> (Duration, Duration) {
+        let own = (
+            self.inner.policy.lock_timeout,
+            self.inner.policy.reaper_after,
+        );
+        self.inner
+            .shared
+            .horizons
+            .read()
+            .map(|all| {
+                all.iter()
+                    .fold(own, |(lock, reap), (l, r)| (lock.min(*l), reap.max(*r)))
+            })
+            .unwrap_or(own)
     }
 
     pub(crate) fn store_error(&self, source: StoreError) -> IdempotencyError {
@@ -558,17 +623,30 @@ impl<DB: Backend> Idempotency<DB> {
 
     /// Registers a phased operation so the completer can resume it by name.
     pub(crate) fn register(&self, operation: Arc<dyn Operation<DB>>) {
-        if let Ok(mut ops) = self.inner.operations.write() {
-            ops.insert(operation.name().to_owned(), operation);
+        if let Ok(mut ops) = self.inner.shared.operations.write() {
+            ops.insert(
+                operation.name().to_owned(),
+                (operation, Arc::downgrade(&self.inner)),
+            );
         }
     }
 
-    pub(crate) fn operation(&self, name: &str) -> Option<Arc<dyn Operation<DB>>> {
-        self.inner
+    /// A registered operation and the instance (policy) it runs under.
+    pub(crate) fn operation(
+        &self,
+        name: &str,
+    ) -> Option<(Arc<dyn Operation<DB>>, Idempotency<DB>)> {
+        let (operation, owner) = self
+            .inner
+            .shared
             .operations
             .read()
             .ok()
-            .and_then(|ops| ops.get(name).cloned())
+            .and_then(|ops| ops.get(name).cloned())?;
+        let owner = owner
+            .upgrade()
+            .map_or_else(|| self.clone(), |inner| Idempotency { inner });
+        Some((operation, owner))
     }
 }
 

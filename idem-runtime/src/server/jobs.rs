@@ -37,7 +37,9 @@ impl<DB: Backend> Idempotency<DB> {
     /// whose lock is older than `lock-timeout` and resumes each at its
     /// recovery point.
     pub async fn complete_abandoned(&self, limit: usize) -> Result<CompleterReport, StoreError> {
-        let cutoff = now_ms().saturating_sub(ms(self.policy().lock_timeout));
+        // Every policy sharing the store: its shortest lock timeout finds the
+        // candidates, and each is taken over under its own operation's.
+        let cutoff = now_ms().saturating_sub(ms(self.horizons().0));
         let candidates = {
             let mut conn = self.store().pool().acquire().await?;
             DB::abandoned(&mut conn, cutoff, i64::try_from(limit).unwrap_or(i64::MAX)).await?
@@ -66,7 +68,9 @@ impl<DB: Backend> Idempotency<DB> {
     /// ago, and logs at `error` each one that never completed, for a human
     /// to follow up.
     pub async fn reap(&self) -> Result<ReaperReport, StoreError> {
-        let cutoff = now_ms().saturating_sub(ms(self.policy().reaper_after));
+        // The longest horizon of every policy sharing the store, so no
+        // record goes before its own operation's `reaper-after`.
+        let cutoff = now_ms().saturating_sub(ms(self.horizons().1));
         let mut tx = self.store().pool().begin().await?;
         let deleted = DB::reap(&mut tx, cutoff).await?;
         tx.commit().await?;

@@ -40,6 +40,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod api;
 mod clock;
 mod config;
 mod engine;

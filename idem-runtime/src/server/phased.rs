@@ -545,27 +545,36 @@ impl<DB: Backend> Idempotency<DB> {
         scope: &str,
         key: &str,
     ) -> Result<bool, StoreError> {
+        // The operation first: its own policy's lock timeout decides whether
+        // the record may be taken over.
+        let name = {
+            let mut conn = self.store().pool().acquire().await?;
+            match DB::load(&mut conn, scope, key).await? {
+                Some(KeyRecord {
+                    operation: Some(name),
+                    ..
+                }) => name,
+                _ => return Ok(false),
+            }
+        };
+        let Some((operation, owner)) = self.operation(&name) else {
+            tracing::warn!(scope, key, operation = %name, "abandoned request of an operation this process does not register");
+            return Ok(false);
+        };
         let now = now_ms();
-        let cutoff = now.saturating_sub(super::clock::ms(self.policy().lock_timeout));
-        let mut tx = self.store().pool().begin().await?;
+        let cutoff = now.saturating_sub(super::clock::ms(owner.policy().lock_timeout));
+        let mut tx = owner.store().pool().begin().await?;
         let Some(generation) = DB::take_over(&mut tx, scope, key, cutoff, now).await? else {
             return Ok(false);
         };
         let Some(record) = DB::load(&mut tx, scope, key).await? else {
             return Ok(false);
         };
-        let Some(name) = record.operation.clone() else {
-            return Ok(false);
-        };
-        let Some(operation) = self.operation(&name) else {
-            tracing::warn!(scope, key, operation = %name, "abandoned request of an operation this process does not register");
-            return Ok(false);
-        };
         let Some(request) = record.request.clone() else {
             return Ok(false);
         };
         let run = Run {
-            idem: self.clone(),
+            idem: owner.clone(),
             scope: scope.to_owned(),
             key: key.to_owned(),
             generation,
@@ -578,7 +587,7 @@ impl<DB: Backend> Idempotency<DB> {
             begun: true,
             recovery_point: record.recovery_point.clone(),
         };
-        let (_, completed) = self.drive(operation, run, Some(record)).await;
+        let (_, completed) = owner.drive(operation, run, Some(record)).await;
         Ok(completed)
     }
 }

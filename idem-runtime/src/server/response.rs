@@ -117,6 +117,7 @@ pub struct Reply {
     status: StatusCode,
     headers: HeaderMap,
     body: Bytes,
+    unrecorded: bool,
 }
 
 impl Reply {
@@ -126,6 +127,7 @@ impl Reply {
             status,
             headers: HeaderMap::new(),
             body: body.into(),
+            unrecorded: false,
         }
     }
 
@@ -155,6 +157,22 @@ impl Reply {
         self.status
     }
 
+    /// Marks this reply as a refusal before execution began, like
+    /// [`Reject`]: behind the idempotency layer, the key's claim and the
+    /// handler's writes roll back and nothing is stored, so a corrected
+    /// retry with the same key runs normally.
+    ///
+    /// ```
+    /// use axum::response::IntoResponse;
+    /// use idem_runtime::server::{Reply, is_rejection};
+    /// let reply = Reply::new(http::StatusCode::BAD_REQUEST, "amount must be positive").unrecorded();
+    /// assert!(is_rejection(&reply.into_response()));
+    /// ```
+    pub fn unrecorded(mut self) -> Self {
+        self.unrecorded = true;
+        self
+    }
+
     pub(crate) fn into_parts(self) -> (StatusCode, HeaderMap, Bytes) {
         (self.status, self.headers, self.body)
     }
@@ -165,6 +183,9 @@ impl IntoResponse for Reply {
         let mut response = Response::new(Body::from(self.body));
         *response.status_mut() = self.status;
         *response.headers_mut() = self.headers;
+        if self.unrecorded {
+            response.extensions_mut().insert(Unrecorded);
+        }
         response
     }
 }
