@@ -1,0 +1,314 @@
+//! The payments service: the generated `Api` trait implemented over a
+//! `charges` table, served by the generated router.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use idem_runtime::server::api::Context;
+use idem_runtime::server::{Backend, HeaderScope, IdemTx, Idempotency, StepError, Store};
+use idem_runtime::sqlx::{self, Pool, Postgres, Sqlite};
+
+use crate::api::{
+    Api, Charge, ChargeCurrency, ChargeStatus, CreateChargeInput, CreateChargeReply,
+    CreateLegacyChargeInput, CreateLegacyChargeReply, CreatePayoutDone, CreatePayoutInput,
+    CreatePayoutReply, CreatePayoutSteps, GetChargeInput, GetChargeReply, ListChargesInput,
+    ListChargesReply, NewChargeCurrency, Payout, Problem,
+};
+
+/// The service's state: its pool, and the bank payouts go through.
+#[derive(Debug, Clone)]
+pub struct Payments<DB: Backend> {
+    pool: Pool<DB>,
+    bank: Option<String>,
+    http: idem_runtime::reqwest::Client,
+}
+
+fn currency(c: NewChargeCurrency) -> ChargeCurrency {
+    match c {
+        NewChargeCurrency::Usd => ChargeCurrency::Usd,
+        NewChargeCurrency::Eur => ChargeCurrency::Eur,
+        NewChargeCurrency::Gbp => ChargeCurrency::Gbp,
+    }
+}
+
+fn currency_code(c: ChargeCurrency) -> &'static str {
+    match c {
+        ChargeCurrency::Usd => "usd",
+        ChargeCurrency::Eur => "eur",
+        ChargeCurrency::Gbp => "gbp",
+    }
+}
+
+fn parse_currency(code: &str) -> ChargeCurrency {
+    match code {
+        "eur" => ChargeCurrency::Eur,
+        "gbp" => ChargeCurrency::Gbp,
+        _ => ChargeCurrency::Usd,
+    }
+}
+
+fn problem(code: &str, message: impl Into<String>) -> Problem {
+    Problem {
+        code: code.to_owned(),
+        message: message.into(),
+        retryable: Some(false),
+    }
+}
+
+type Row = (i64, String, i64, String, Option<String>);
+
+fn charge((id, order_id, amount, currency, description): Row) -> Charge {
+    Charge {
+        id,
+        order_id,
+        amount,
+        currency: parse_currency(&currency),
+        status: ChargeStatus::Succeeded,
+        description,
+    }
+}
+
+/// One foreign call to the bank with the step's derived key.
+async fn bank_call(
+    http: &idem_runtime::reqwest::Client,
+    url: String,
+    key: &str,
+    body: idem_runtime::serde_json::Value,
+) -> Result<String, StepError> {
+    let response = http
+        .post(url)
+        .header("Idempotency-Key", key)
+        .json(&body)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .map_err(|e| StepError::Transient(format!("bank unreachable: {e}")))?;
+    if !response.status().is_success() {
+        return Err(StepError::Transient(format!("bank answered {}", response.status())));
+    }
+    response
+        .text()
+        .await
+        .map_err(|e| StepError::Transient(format!("bank reply lost: {e}")))
+}
+
+macro_rules! payments_api {
+    ($db:ty) => {
+        impl Api<$db> for Payments<$db> {
+            async fn create_charge(
+                &self,
+                _cx: Context,
+                mut tx: IdemTx<$db>,
+                input: CreateChargeInput,
+            ) -> CreateChargeReply {
+                let body = input.body;
+                if body.amount <= 0 {
+                    // Refused before anything happened: not recorded, so the
+                    // corrected request may reuse the key.
+                    return CreateChargeReply::BadRequest(problem(
+                        "invalid_amount",
+                        "amount must be positive",
+                    ))
+                    .unrecorded();
+                }
+                let currency = currency(body.currency);
+                let inserted: Result<(i64,), sqlx::Error> = sqlx::query_as(
+                    "INSERT INTO charges (account, order_id, amount, currency, description) \
+                     VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                )
+                .bind(&input.x_account_id)
+                .bind(&body.order_id)
+                .bind(body.amount)
+                .bind(currency_code(currency))
+                .bind(&body.description)
+                .fetch_one(&mut *tx)
+                .await;
+                match inserted {
+                    Ok((id,)) => CreateChargeReply::Created(Charge {
+                        id,
+                        order_id: body.order_id,
+                        amount: body.amount,
+                        currency,
+                        status: ChargeStatus::Succeeded,
+                        description: body.description,
+                    }),
+                    // Nothing commits when the write fails: the key's claim
+                    // rolls back with it, and a retry runs again.
+                    Err(e) => CreateChargeReply::BadRequest(problem("write_failed", e.to_string()))
+                        .unrecorded(),
+                }
+            }
+
+            async fn create_legacy_charge(
+                &self,
+                _cx: Context,
+                input: CreateLegacyChargeInput,
+            ) -> CreateLegacyChargeReply {
+                let body = input.body;
+                let currency = currency(body.currency);
+                let inserted: Result<(i64,), sqlx::Error> = sqlx::query_as(
+                    "INSERT INTO charges (account, order_id, amount, currency, description) \
+                     VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                )
+                .bind(&input.x_account_id)
+                .bind(&body.order_id)
+                .bind(body.amount)
+                .bind(currency_code(currency))
+                .bind(&body.description)
+                .fetch_one(&self.pool)
+                .await;
+                match inserted {
+                    Ok((id,)) => CreateLegacyChargeReply::Created(Charge {
+                        id,
+                        order_id: body.order_id,
+                        amount: body.amount,
+                        currency,
+                        status: ChargeStatus::Succeeded,
+                        description: body.description,
+                    }),
+                    Err(e) => CreateLegacyChargeReply::BadRequest(problem("write_failed", e.to_string())),
+                }
+            }
+
+            async fn list_charges(&self, _cx: Context, input: ListChargesInput) -> ListChargesReply {
+                let limit = i64::from(input.limit.unwrap_or(10_000).max(1));
+                let rows: Result<Vec<Row>, sqlx::Error> = sqlx::query_as(
+                    "SELECT id, order_id, amount, currency, description FROM charges \
+                     WHERE account = $1 AND ($2 IS NULL OR order_id = $2) ORDER BY id LIMIT $3",
+                )
+                .bind(&input.x_account_id)
+                .bind(&input.order_id)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await;
+                match rows {
+                    Ok(rows) => ListChargesReply::Ok(rows.into_iter().map(charge).collect()),
+                    Err(e) => ListChargesReply::BadRequest(problem("read_failed", e.to_string())),
+                }
+            }
+
+            async fn get_charge(&self, _cx: Context, input: GetChargeInput) -> GetChargeReply {
+                let row: Result<Option<Row>, sqlx::Error> = sqlx::query_as(
+                    "SELECT id, order_id, amount, currency, description FROM charges \
+                     WHERE account = $1 AND id = $2",
+                )
+                .bind(&input.x_account_id)
+                .bind(input.charge_id)
+                .fetch_optional(&self.pool)
+                .await;
+                match row {
+                    Ok(Some(row)) => GetChargeReply::Ok(charge(row)),
+                    Ok(None) => GetChargeReply::NotFound(problem("not_found", "no such charge")),
+                    Err(e) => GetChargeReply::NotFound(problem("read_failed", e.to_string())),
+                }
+            }
+
+            async fn create_payout<'a>(
+                &'a self,
+                steps: CreatePayoutSteps<'a, $db>,
+                input: CreatePayoutInput,
+            ) -> Result<CreatePayoutDone, StepError> {
+                let Some(bank) = self.bank.clone() else {
+                    return Ok(steps.stop(CreatePayoutReply::PaymentRequired(problem(
+                        "no_bank",
+                        "this server has no bank configured (--bank-url)",
+                    ))));
+                };
+                let body = input.body;
+                let transfer = idem_runtime::serde_json::json!({
+                    "vendor_id": body.vendor_id,
+                    "amount": body.amount,
+                });
+                let http = self.http.clone();
+                let (reference, steps) = steps
+                    .submit_to_bank(|call| {
+                        let (http, url) = (http.clone(), format!("{bank}/transfers"));
+                        async move { bank_call(&http, url, &call.derived_key, transfer).await }
+                    })
+                    .await?;
+                let note = idem_runtime::serde_json::json!({
+                    "vendor_id": body.vendor_id,
+                    "reference": reference,
+                });
+                let (_, steps) = steps
+                    .notify_vendor(|call| {
+                        let url = format!("{bank}/notifications");
+                        async move { bank_call(&http, url, &call.derived_key, note).await }
+                    })
+                    .await?;
+                Ok(steps.finish(CreatePayoutReply::Created(Payout {
+                    vendor_id: body.vendor_id,
+                    amount: body.amount,
+                    bank_reference: reference,
+                    notified: true,
+                })))
+            }
+        }
+    };
+}
+
+payments_api!(Sqlite);
+payments_api!(Postgres);
+
+/// The application's own table, next to idem's.
+const SQLITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    account TEXT NOT NULL,
+    order_id TEXT NOT NULL,
+    amount BIGINT NOT NULL,
+    currency TEXT NOT NULL,
+    description TEXT
+)";
+
+const POSTGRES_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
+    id BIGSERIAL PRIMARY KEY,
+    account TEXT NOT NULL,
+    order_id TEXT NOT NULL,
+    amount BIGINT NOT NULL,
+    currency TEXT NOT NULL,
+    description TEXT
+)";
+
+/// Opens the store and serves the generated router on `listen` until
+/// killed.
+pub async fn serve(database_url: &str, listen: SocketAddr, bank: Option<String>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    if database_url.starts_with("postgres") {
+        let store = Store::connect_postgres(database_url, 16).await?;
+        sqlx::query(POSTGRES_SCHEMA).execute(store.pool()).await?;
+        run(store, listener, bank).await
+    } else {
+        let store = Store::open_sqlite(database_url).await?;
+        sqlx::query(SQLITE_SCHEMA).execute(store.pool()).await?;
+        run(store, listener, bank).await
+    }
+}
+
+async fn run<DB: Backend>(
+    store: Store<DB>,
+    listener: tokio::net::TcpListener,
+    bank: Option<String>,
+) -> anyhow::Result<()>
+where
+    Payments<DB>: Api<DB>,
+{
+    store.migrate().await?;
+    let api = Payments {
+        pool: store.pool().clone(),
+        bank,
+        http: idem_runtime::reqwest::Client::new(),
+    };
+    // Keys are scoped to the calling account; there is no global scope.
+    let idem = Idempotency::builder(store)
+        .scope(HeaderScope::new("x-account-id"))
+        .build()?;
+    let app = crate::api::router(api, &idem)?;
+    // The completer finishes payouts a crash left half-done; the reaper
+    // drops records past their horizon.
+    let _jobs = idem.spawn_background_jobs(Duration::from_millis(500));
+    idem_runtime::axum::serve(listener, app).await?;
+    Ok(())
+}
