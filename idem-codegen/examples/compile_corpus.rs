@@ -1,4 +1,4 @@
-//! The corpus compile rate: generate the client for every OpenAPI root
+//! The corpus compile rate: generate the client and the server for every OpenAPI root
 //! document in `../shared/specs` (or `IDEM_SPECS_DIR`), type-check each
 //! generated crate with warnings denied, and print a table.
 //!
@@ -65,8 +65,14 @@ fn main() {
                 .map_err(|f| format!("load: {}", f.error))?;
             let model = idem_codegen::model::build(document, &idem_codegen::audit::rule_names())
                 .map_err(|f| format!("model: {}", f.error))?;
-            let generated =
-                generate(&model, &Options { client: true }).map_err(|e| e.to_string())?;
+            let generated = generate(
+                &model,
+                &Options {
+                    client: true,
+                    server: true,
+                },
+            )
+            .map_err(|e| e.to_string())?;
             let runtime = Runtime::Path(workspace.join("idem-runtime"));
             for file in crate_files(&generated, &name, &model.title, &runtime) {
                 write_if_changed(&out.join(&name).join(&file.path), &file.contents)

@@ -23,8 +23,20 @@ fn model(path: &Path) -> Model {
 
 fn client(path: &Path) -> String {
     let model = model(path);
-    let generated = generate(&model, &Options { client: true }).unwrap();
-    crate_root(&generated, &model.title)
+    let options = Options {
+        client: true,
+        server: false,
+    };
+    crate_root(&generate(&model, &options).unwrap(), &model.title)
+}
+
+fn server(path: &Path) -> String {
+    let model = model(path);
+    let options = Options {
+        client: false,
+        server: true,
+    };
+    crate_root(&generate(&model, &options).unwrap(), &model.title)
 }
 
 #[test]
@@ -32,6 +44,20 @@ fn fixture_clients_match_their_snapshots() {
     for name in ["shop", "payments-clean", "cratebase", "hostile-names"] {
         let code = client(&Path::new("../fixtures").join(format!("{name}.yaml")));
         insta::assert_snapshot!(format!("client__{name}"), code);
+    }
+}
+
+#[test]
+fn fixture_servers_match_their_snapshots() {
+    for name in [
+        "shop",
+        "payments",
+        "payments-clean",
+        "cratebase",
+        "hostile-names",
+    ] {
+        let code = server(&Path::new("../fixtures").join(format!("{name}.yaml")));
+        insta::assert_snapshot!(format!("server__{name}"), code);
     }
 }
 
@@ -104,8 +130,11 @@ fn every_corpus_document_generates_without_panicking() {
         let Ok(model) = model::build(document, &idem_codegen::audit::rule_names()) else {
             continue;
         };
-        let generated =
-            generate(&model, &Options { client: true }).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let options = Options {
+            client: true,
+            server: true,
+        };
+        let generated = generate(&model, &options).unwrap_or_else(|e| panic!("{path}: {e}"));
         assert!(generated.lines > 0, "{path}");
     }
 }

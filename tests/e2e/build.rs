@@ -1,4 +1,5 @@
-//! Generates a client for every fixture through the build.rs front end,
+//! Generates the client and the server of every fixture through the
+//! build.rs front end,
 //! so the crate compiling (warnings denied) is the compile test of the
 //! generated code, and clippy on the workspace lints it.
 
@@ -14,6 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("hostile-names.yaml", "hostile", true),
     ] {
         Config::new()
+            .server(true)
             .file_name(name)
             .allow_findings(allow_findings)
             .compile(format!("{fixtures}/{file}"))?;

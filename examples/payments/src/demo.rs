@@ -14,7 +14,9 @@ use idem_runtime::sqlx;
 use rand::Rng as _;
 use tokio::sync::{Mutex, Semaphore};
 
-use crate::api::{Client, CreateChargeParams, CreateLegacyChargeParams, NewCharge, NewChargeCurrency};
+use crate::api::{
+    Client, CreateChargeParams, CreateLegacyChargeParams, NewCharge, NewChargeCurrency,
+};
 
 /// What the scenario runs with.
 #[derive(Debug, Clone)]
@@ -96,7 +98,10 @@ async fn proxy(upstream: SocketAddr, loss: f64) -> anyhow::Result<SocketAddr> {
         async move {
             let (parts, body) = request.into_parts();
             let Ok(body) = axum::body::to_bytes(body, 1 << 20).await else {
-                return Response::builder().status(400).body(Body::empty()).unwrap_or_default();
+                return Response::builder()
+                    .status(400)
+                    .body(Body::empty())
+                    .unwrap_or_default();
             };
             let url = format!(
                 "http://{upstream}{}",
@@ -113,7 +118,10 @@ async fn proxy(upstream: SocketAddr, loss: f64) -> anyhow::Result<SocketAddr> {
                 // The server is down (killed, restarting): what a load
                 // balancer answers then.
                 Err(_) => {
-                    return Response::builder().status(502).body(Body::empty()).unwrap_or_default();
+                    return Response::builder()
+                        .status(502)
+                        .body(Body::empty())
+                        .unwrap_or_default();
                 }
             };
             let status = answered.status();
@@ -154,7 +162,10 @@ fn order_body(order: usize) -> NewCharge {
 pub async fn run(settings: &Settings) -> anyhow::Result<Vec<Row>> {
     let dir = tempfile::tempdir()?;
     let database_url = settings.database_url.clone().unwrap_or_else(|| {
-        format!("sqlite://{}?mode=rwc", dir.path().join("payments.db").display())
+        format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("payments.db").display()
+        )
     });
     let listen = free_port()?;
     let mut server = Server {
@@ -196,7 +207,10 @@ async fn crash_midway(
     }
     let mut server = server.lock().await;
     server.kill().await?;
-    println!("  server SIGKILLed after {} orders started; restarting", orders / 2);
+    println!(
+        "  server SIGKILLed after {} orders started; restarting",
+        orders / 2
+    );
     server.start().await?;
     Ok(())
 }
@@ -207,7 +221,10 @@ async fn keyed_row(
     account: &str,
     server: &Mutex<Server>,
 ) -> anyhow::Result<Row> {
-    println!("idem: {} orders through the generated client (keyed, retries on)…", settings.orders);
+    println!(
+        "idem: {} orders through the generated client (keyed, retries on)…",
+        settings.orders
+    );
     let clock = Instant::now();
     let client = Client::new(base)?;
     let params = CreateChargeParams {
@@ -217,8 +234,12 @@ async fn keyed_row(
     let gate = Arc::new(Semaphore::new(settings.concurrency));
     let mut tasks = tokio::task::JoinSet::new();
     for order in 0..settings.orders {
-        let (client, params, gate, started) =
-            (client.clone(), params.clone(), Arc::clone(&gate), Arc::clone(&started));
+        let (client, params, gate, started) = (
+            client.clone(),
+            params.clone(),
+            Arc::clone(&gate),
+            Arc::clone(&started),
+        );
         tasks.spawn(async move {
             let _permit = gate.acquire_owned().await;
             started.fetch_add(1, Ordering::Relaxed);
@@ -277,7 +298,10 @@ async fn plain_row(
     account: &str,
     server: &Mutex<Server>,
 ) -> anyhow::Result<Row> {
-    println!("control: {} orders through the unkeyed endpoint, plain retry loop…", settings.orders);
+    println!(
+        "control: {} orders through the unkeyed endpoint, plain retry loop…",
+        settings.orders
+    );
     let clock = Instant::now();
     let client = Client::new(base)?;
     let params = CreateLegacyChargeParams {
@@ -287,8 +311,12 @@ async fn plain_row(
     let gate = Arc::new(Semaphore::new(settings.concurrency));
     let mut tasks = tokio::task::JoinSet::new();
     for order in 0..settings.orders {
-        let (client, params, gate, started) =
-            (client.clone(), params.clone(), Arc::clone(&gate), Arc::clone(&started));
+        let (client, params, gate, started) = (
+            client.clone(),
+            params.clone(),
+            Arc::clone(&gate),
+            Arc::clone(&started),
+        );
         tasks.spawn(async move {
             let _permit = gate.acquire_owned().await;
             started.fetch_add(1, Ordering::Relaxed);
@@ -325,25 +353,34 @@ async fn plain_row(
 }
 
 /// Counts the effects in the database itself.
-async fn count(database_url: &str, account: &str, mut row: Row, orders: usize) -> anyhow::Result<Row> {
+async fn count(
+    database_url: &str,
+    account: &str,
+    mut row: Row,
+    orders: usize,
+) -> anyhow::Result<Row> {
     let per_order: Vec<(String, i64)> = if database_url.starts_with("postgres") {
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(1)
             .connect(database_url)
             .await?;
-        sqlx::query_as("SELECT order_id, COUNT(*) FROM charges WHERE account = $1 GROUP BY order_id")
-            .bind(account)
-            .fetch_all(&pool)
-            .await?
+        sqlx::query_as(
+            "SELECT order_id, COUNT(*) FROM charges WHERE account = $1 GROUP BY order_id",
+        )
+        .bind(account)
+        .fetch_all(&pool)
+        .await?
     } else {
         let pool = sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(1)
             .connect(database_url)
             .await?;
-        sqlx::query_as("SELECT order_id, COUNT(*) FROM charges WHERE account = $1 GROUP BY order_id")
-            .bind(account)
-            .fetch_all(&pool)
-            .await?
+        sqlx::query_as(
+            "SELECT order_id, COUNT(*) FROM charges WHERE account = $1 GROUP BY order_id",
+        )
+        .bind(account)
+        .fetch_all(&pool)
+        .await?
     };
     let charged = per_order.len();
     row.charges = per_order
@@ -371,7 +408,15 @@ pub fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "{:<36} {:>6} {:>8} {:>10} {:>8} {:>10} {:>11} {:>5} {:>7}\n",
-        "", "orders", "charges", "duplicates", "unknown", "reconciled", "overcharged", "lost", "seconds"
+        "",
+        "orders",
+        "charges",
+        "duplicates",
+        "unknown",
+        "reconciled",
+        "overcharged",
+        "lost",
+        "seconds"
     ));
     for r in rows {
         let reconciled = if r.label.starts_with("idem") {
@@ -381,9 +426,16 @@ pub fn table(rows: &[Row]) -> String {
         };
         out.push_str(&format!(
             "{:<36} {:>6} {:>8} {:>10} {:>8} {:>10} {:>11} {:>5} {:>7.1}\n",
-            r.label, r.orders, r.charges, r.duplicates, r.unknown, reconciled, r.overcharged, r.lost, r.seconds
+            r.label,
+            r.orders,
+            r.charges,
+            r.duplicates,
+            r.unknown,
+            reconciled,
+            r.overcharged,
+            r.lost,
+            r.seconds
         ));
     }
     out
 }
-

@@ -21,7 +21,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(about = "2,000 charges through a lossy network and a crashing server, with and without idem")]
+#[command(
+    about = "2,000 charges through a lossy network and a crashing server, with and without idem"
+)]
 struct Args {
     #[command(subcommand)]
     command: Option<Command>,
@@ -71,7 +73,9 @@ async fn main() -> ExitCode {
             database_url,
             listen,
             bank_url,
-        }) => server::serve(&database_url, listen, bank_url).await.map(|()| true),
+        }) => server::serve(&database_url, listen, bank_url)
+            .await
+            .map(|()| true),
         None => scenario(&args).await,
     };
     match result {
@@ -111,10 +115,7 @@ async fn scenario(args: &Args) -> anyhow::Result<bool> {
         "reference simulation (2,000 orders, plain retries): 337 duplicates.\n\
          unknown: calls the client gave up on (retry budget spent, deadline); reconciled: settled by calling again with the key the error carried."
     );
-    println!(
-        "docs page: {}",
-        args.out.join("idempotency.html").display()
-    );
+    println!("docs page: {}", args.out.join("idempotency.html").display());
     let ok = rows
         .first()
         .is_some_and(|idem| idem.duplicates == 0 && idem.lost == 0 && idem.overcharged == 0);

@@ -85,7 +85,10 @@ async fn bank_call(
         .await
         .map_err(|e| StepError::Transient(format!("bank unreachable: {e}")))?;
     if !response.status().is_success() {
-        return Err(StepError::Transient(format!("bank answered {}", response.status())));
+        return Err(StepError::Transient(format!(
+            "bank answered {}",
+            response.status()
+        )));
     }
     response
         .text()
@@ -272,7 +275,11 @@ const POSTGRES_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
 
 /// Opens the store and serves the generated router on `listen` until
 /// killed.
-pub async fn serve(database_url: &str, listen: SocketAddr, bank: Option<String>) -> anyhow::Result<()> {
+pub async fn serve(
+    database_url: &str,
+    listen: SocketAddr,
+    bank: Option<String>,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
