@@ -401,9 +401,7 @@ fn run_generate(
         crate::write::package_name(&base)
     });
     let runtime = match &args.runtime_path {
-        Some(path) => crate::write::Runtime::Path(
-            std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()),
-        ),
+        Some(path) => crate::write::Runtime::Path(crate::write::runtime_path(path, &args.out)),
         None => crate::write::Runtime::Registry,
     };
     if let Some(generated) = &generated {

@@ -1,18 +1,7 @@
-//! The payments demo: idem's whole chain from one OpenAPI document.
-//!
-//! `fixtures/payments.yaml` is audited and turned, at build time, into the
-//! server this binary runs (`serve`), the client it charges through, and
-//! the integrator docs page it writes out. `cargo run -p payments-demo`
-//! charges 2,000 orders through a network that loses 15% of the replies,
-//! SIGKILLs the server once mid-run, and prints what reached the database.
+//! The payments demo binary: `payments-demo` runs the scenario,
+//! `payments-demo serve` the generated server it starts and kills.
 
-mod demo;
-mod server;
-
-/// The server, client and types generated from `fixtures/payments.yaml`.
-mod api {
-    idem_runtime::include_api!("payments");
-}
+use payments_demo::{demo, server};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

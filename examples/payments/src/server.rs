@@ -24,6 +24,17 @@ pub struct Payments<DB: Backend> {
     http: idem_runtime::reqwest::Client,
 }
 
+impl<DB: Backend> Payments<DB> {
+    /// The service over `pool`, paying out through `bank` when given.
+    pub fn new(pool: Pool<DB>, bank: Option<String>) -> Self {
+        Payments {
+            pool,
+            bank,
+            http: idem_runtime::reqwest::Client::new(),
+        }
+    }
+}
+
 fn currency(c: NewChargeCurrency) -> ChargeCurrency {
     match c {
         NewChargeCurrency::Usd => ChargeCurrency::Usd,
@@ -255,7 +266,7 @@ payments_api!(Sqlite);
 payments_api!(Postgres);
 
 /// The application's own table, next to idem's.
-const SQLITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
+pub const SQLITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     account TEXT NOT NULL,
     order_id TEXT NOT NULL,
@@ -264,7 +275,7 @@ const SQLITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
     description TEXT
 )";
 
-const POSTGRES_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
+pub const POSTGRES_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
     id BIGSERIAL PRIMARY KEY,
     account TEXT NOT NULL,
     order_id TEXT NOT NULL,
@@ -303,11 +314,7 @@ where
     Payments<DB>: Api<DB>,
 {
     store.migrate().await?;
-    let api = Payments {
-        pool: store.pool().clone(),
-        bank,
-        http: idem_runtime::reqwest::Client::new(),
-    };
+    let api = Payments::new(store.pool().clone(), bank);
     // Keys are scoped to the calling account; there is no global scope.
     let idem = Idempotency::builder(store)
         .scope(HeaderScope::new("x-account-id"))

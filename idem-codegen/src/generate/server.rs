@@ -105,6 +105,11 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             router = router.merge(idem.status_router());
         }
     });
+    let router_binding = if route_stmts.is_empty() && status.is_none() {
+        quote!(let router)
+    } else {
+        quote!(let mut router)
+    };
     let title = if model.title.trim().is_empty() {
         "the API".to_owned()
     } else {
@@ -137,7 +142,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             A: Api<DB>,
         {
             let api = ::std::sync::Arc::new(api);
-            let mut router = ::idem_runtime::axum::Router::new();
+            #router_binding = ::idem_runtime::axum::Router::new();
             #(#route_stmts)*
             #status
             let _ = (&api, idem);
