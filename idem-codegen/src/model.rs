@@ -388,6 +388,8 @@ pub struct Operation {
     pub phases: Option<Located<Vec<String>>>,
     pub settings: KeySettings,
     pub retry: RetryPolicy,
+    /// The operation's own `x-admission` (the root's is the router's).
+    pub admission: crate::vocab::AdmissionExt,
     /// The merged `x-idempotency` blocks, for rules that need positions.
     pub ext: IdempotencyExt,
     pub waivers: Vec<Waiver>,
@@ -439,6 +441,7 @@ pub struct Webhook {
 pub struct Root {
     pub idempotency: IdempotencyExt,
     pub retry: RetryExt,
+    pub admission: crate::vocab::AdmissionExt,
     pub prose: Vec<Prose>,
 }
 

@@ -190,6 +190,15 @@ pub struct RetryExt {
     pub budget: Option<Located<Budget>>,
 }
 
+/// Root- or operation-level `x-admission` settings: how much work the
+/// generated server admits at once. The root's limit is the router's; an
+/// operation's is its own route's, inside the router's.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AdmissionExt {
+    /// Requests served at once; the next gets `503 overloaded` at once.
+    pub max_in_flight: Option<Located<u32>>,
+}
+
 /// Where a block of vocabulary may appear; some fields belong to one level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
@@ -229,6 +238,8 @@ const RETRY_FIELDS: &[&str] = &[
     "p99",
     "budget",
 ];
+
+const ADMISSION_FIELDS: &[&str] = &["max-in-flight"];
 
 const BUDGET_FIELDS: &[&str] = &[
     "capacity",
@@ -342,6 +353,18 @@ impl Reader<'_> {
                 "p99" => ext.p99 = self.duration(value, field),
                 "budget" => ext.budget = self.budget(value),
                 _ => {}
+            }
+        }
+        ext
+    }
+
+    /// Read an `x-admission` block.
+    pub fn admission(&mut self, node: &Node, level: Level) -> AdmissionExt {
+        let mut ext = AdmissionExt::default();
+        for (key, value) in self.fields(node, "x-admission", ADMISSION_FIELDS, level) {
+            let field = key.name.as_str();
+            if field == "max-in-flight" {
+                ext.max_in_flight = self.count(value, field, 1, 1_000_000);
             }
         }
         ext

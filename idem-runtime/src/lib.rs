@@ -5,12 +5,16 @@
 //!   axum/tower layer.
 //! - [`protocol`] (always): the codes, statuses and bodies both halves and the
 //!   generated docs page share.
+//! - [`context`] (always): the request a call is made while serving — its
+//!   deadline and key — so a client inside a server is an inner hop that
+//!   fails fast instead of a retrying layer of its own.
 //!
 //! Both halves are usable by hand-written code today; idem's generators emit code
 //! that calls the same items through this one path.
 
 #[cfg(feature = "client")]
 pub mod client;
+pub mod context;
 pub mod protocol;
 #[cfg(feature = "server")]
 pub mod server;

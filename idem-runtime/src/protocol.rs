@@ -96,6 +96,33 @@ pub const KEY_IN_FLIGHT: Refusal = Refusal {
     retryable: true,
 };
 
+/// The caller's remaining deadline (`Idem-Timeout-Ms`, or `grpc-timeout`)
+/// was used up: on arrival (nothing was done), or while the handler ran (a
+/// keyed request's effect either committed with its stored response or
+/// rolled back; the same request with the same key tells which).
+pub const DEADLINE_EXCEEDED: Refusal = Refusal {
+    code: "deadline_exceeded",
+    status: 504,
+    message: "the caller's deadline passed before this request was answered",
+    retryable: false,
+};
+
+/// The server is at its admission limit (`x-admission.max-in-flight`):
+/// refused at once, before any work, with `Retry-After`.
+pub const OVERLOADED: Refusal = Refusal {
+    code: "overloaded",
+    status: 503,
+    message: "the server is at its limit of requests in flight; retry after the delay it gives",
+    retryable: true,
+};
+
+/// Seconds of `Retry-After` sent with [`OVERLOADED`].
+pub const OVERLOADED_RETRY_AFTER_SECS: u64 = 1;
+
+/// Requests a generated router admits at once when the spec sets no
+/// `x-admission.max-in-flight`.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+
 /// The message of [`KEY_MISSING`] for a key carried in `header`. Header
 /// names are case-insensitive; the server writes them in lower case.
 pub fn key_missing_message(header: &str) -> String {

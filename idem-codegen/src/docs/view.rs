@@ -192,6 +192,10 @@ pub struct DocsView {
     pub safe: Vec<Endpoint>,
     /// Operations whose own p99 differs from the API-wide one.
     pub timeouts: Vec<Endpoint>,
+    /// Requests the server admits at once, API-wide.
+    pub max_in_flight: usize,
+    /// Operations with an admission limit of their own: endpoint and limit.
+    pub admission: Vec<(Endpoint, u32)>,
     pub retry: RetryView,
     pub example: Option<Example>,
     /// Whether the table of contents lists endpoints open (small APIs).
@@ -212,10 +216,14 @@ impl DocsView {
         let mut unsafe_endpoints = Vec::new();
         let mut safe = Vec::new();
         let mut timeouts = Vec::new();
+        let mut admission = Vec::new();
         for (op, anchor) in ops.iter().zip(anchors) {
             let endpoint = endpoint(op, anchor, &root, &root_retry);
             if endpoint.p99.is_some() {
                 timeouts.push(endpoint.clone());
+            }
+            if let Some(max) = &op.admission.max_in_flight {
+                admission.push((endpoint.clone(), max.value));
             }
             match op.class {
                 RetryClass::Keyed => keyed.push(endpoint),
@@ -277,6 +285,15 @@ impl DocsView {
             unsafe_endpoints,
             safe,
             timeouts,
+            max_in_flight: model
+                .root
+                .admission
+                .max_in_flight
+                .as_ref()
+                .map_or(idem_runtime::protocol::DEFAULT_MAX_IN_FLIGHT, |m| {
+                    m.value as usize
+                }),
+            admission,
             retry: retry_view(&root_retry),
         }
     }

@@ -105,6 +105,13 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             router = router.merge(idem.status_router());
         }
     });
+    let max_in_flight = match model.root.admission.max_in_flight.as_ref() {
+        Some(max) => {
+            let max = proc_macro2::Literal::usize_unsuffixed(max.value as usize);
+            quote!(#max)
+        }
+        None => quote!(::idem_runtime::protocol::DEFAULT_MAX_IN_FLIGHT),
+    };
     let router_binding = if route_stmts.is_empty() && status.is_none() {
         quote!(let router)
     } else {
@@ -133,8 +140,11 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
         /// (derived from `idem`, which brings the store and the caller scope).
         ///
         /// Undecodable inputs are answered `400` naming the field, unknown
-        /// paths `404` and other methods `405`, all as JSON. Start the
-        /// completer and the reaper once with
+        /// paths `404` and other methods `405`, all as JSON. The caller's
+        /// remaining deadline (`Idem-Timeout-Ms`) is enforced and handed
+        /// down to the clients handlers call; requests beyond the admission
+        /// limit (`x-admission.max-in-flight`) get `503 overloaded` at once.
+        /// Start the completer and the reaper once with
         /// `idem.spawn_background_jobs(every)`.
         pub fn router<DB, A>(api: A, idem: &#rt::Idempotency<DB>) -> ::std::result::Result<::idem_runtime::axum::Router, #rt::ConfigError>
         where
@@ -146,11 +156,11 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             #(#route_stmts)*
             #status
             let _ = (&api, idem);
-            ::std::result::Result::Ok(
-                router
-                    .fallback(#rt::api::not_found)
-                    .method_not_allowed_fallback(#rt::api::method_not_allowed),
-            )
+            let router = router
+                .fallback(#rt::api::not_found)
+                .method_not_allowed_fallback(#rt::api::method_not_allowed)
+                .layer(::idem_runtime::axum::middleware::from_fn(#rt::api::deadlines));
+            ::std::result::Result::Ok(#rt::api::admit(router, #max_in_flight))
         }
 
         #(#items)*
@@ -357,7 +367,10 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                             ::std::result::Result::Err(rejection) => return #rt::Reject(rejection).into_response(),
                         };
                         #read_input
-                        api.#method_ident(inbound.context(), tx #(, #pass)*).await.into_response()
+                        let cx = inbound.context();
+                        // Clients called inside derive their keys from this one.
+                        let keyed = cx.clone();
+                        #rt::api::keyed(&keyed, api.#method_ident(cx, tx #(, #pass)*)).await.into_response()
                     })
                     .route_layer(idem.layer())
                 }},
@@ -390,6 +403,13 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                 }},
             )
         }
+    };
+    let route = match op.admission.max_in_flight.as_ref() {
+        Some(max) => {
+            let max = proc_macro2::Literal::usize_unsuffixed(max.value as usize);
+            quote!(#rt::api::admit_route(#route, #max))
+        }
+        None => route,
     };
     let _ = model;
     Generated {

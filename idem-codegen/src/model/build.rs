@@ -110,9 +110,14 @@ impl<'d> Builder<'d, '_> {
             }
         }
 
+        let admission = root_node
+            .get("x-admission")
+            .map(|n| self.reader.admission(n, Level::Root))
+            .unwrap_or_default();
         let mut root = Root {
             idempotency: idem,
             retry,
+            admission,
             prose,
         };
 
@@ -263,6 +268,10 @@ impl<'d> Builder<'d, '_> {
         shared: &[Parameter],
     ) -> Result<Operation, LoadError> {
         let (own_idem, mut own_retry) = read_extensions(op, Level::Operation, &mut self.reader);
+        let admission = op
+            .get("x-admission")
+            .map(|n| self.reader.admission(n, Level::Operation))
+            .unwrap_or_default();
         if let Some(alias) = op.get("x-speakeasy-retries") {
             own_retry = merge_retry(&speakeasy(alias), own_retry);
         }
@@ -349,6 +358,7 @@ impl<'d> Builder<'d, '_> {
             phases: ext.phases.clone(),
             settings,
             retry: retry_policy(&retry_ext),
+            admission,
             waivers: ext.allow.clone(),
             ext,
             prose,

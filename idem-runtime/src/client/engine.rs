@@ -474,7 +474,23 @@ impl RetryClient {
         Fut: Future<Output = Result<Response, reqwest::Error>>,
     {
         let shared = &*self.shared;
-        let policy = &*self.policy;
+        // Inside a request being served: an inner hop (see `crate::context`).
+        let inbound = crate::context::current();
+        let inner;
+        let policy = match &inbound {
+            Some(inbound) => {
+                inner = self.policy.as_inner_hop(inbound);
+                &inner
+            }
+            None => &*self.policy,
+        };
+        let key = match (&inbound, key) {
+            (Some(inbound), Some(_)) if minted => inbound
+                .next_inner_key(operation.name)
+                .and_then(|k| IdempotencyKey::new(k).ok())
+                .or_else(|| Some(IdempotencyKey::new_v4())),
+            (_, key) => key,
+        };
         let clock = &*shared.clock;
         shared.counters.calls.fetch_add(1, Ordering::Relaxed);
         let deadline_at = clock.now().checked_add(policy.deadline);

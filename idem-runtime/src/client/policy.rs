@@ -41,6 +41,7 @@ pub struct RetryPolicy {
     pub(crate) key_header: HeaderName,
     pub(crate) deadline_header: Option<HeaderName>,
     pub(crate) stream_body: bool,
+    pub(crate) inner_retries: u32,
 }
 
 impl Default for RetryPolicy {
@@ -54,6 +55,7 @@ impl Default for RetryPolicy {
             key_header: HeaderName::from_static(DEFAULT_KEY_HEADER),
             deadline_header: Some(HeaderName::from_static(DEADLINE_HEADER)),
             stream_body: false,
+            inner_retries: 0,
         }
     }
 }
@@ -61,6 +63,34 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// Multiple of the measured p99 used as the per-attempt timeout.
     pub const P99_FACTOR: u32 = crate::protocol::P99_TIMEOUT_FACTOR;
+
+    /// Retries allowed when the client is an inner hop, called while a
+    /// server serves a request ([`crate::context`]): 0 by default (one
+    /// attempt: the outer caller's retry is the one that sees the whole
+    /// operation), at most 1. Outside a request, [`max_attempts`](Self::max_attempts) applies.
+    ///
+    /// ```
+    /// # use idem_runtime::client::RetryPolicy;
+    /// let one_more = RetryPolicy::default().inner_retries(1);
+    /// # let _ = one_more;
+    /// ```
+    pub fn inner_retries(mut self, retries: u32) -> Self {
+        self.inner_retries = retries.min(1);
+        self
+    }
+
+    /// The policy of this client as an inner hop of `inbound`: its attempts
+    /// cut to one plus its inner retries, its deadline to the inbound one
+    /// less the reply margin when that is sooner.
+    pub(crate) fn as_inner_hop(&self, inbound: &crate::context::Inbound) -> RetryPolicy {
+        let mut policy = self.clone();
+        policy.max_attempts = (1 + self.inner_retries).min(self.max_attempts);
+        if let Some(left) = inbound.time_left() {
+            let inherited = left.saturating_sub(crate::context::REPLY_MARGIN);
+            policy.deadline = policy.deadline.min(inherited);
+        }
+        policy
+    }
 
     /// Total attempts including the first (default 3; at least 1).
     ///

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Request};
@@ -146,6 +147,118 @@ pub async fn method_not_allowed() -> Response {
     .into_response()
 }
 
+fn refusal(refusal: crate::protocol::Refusal, message: &str) -> Response {
+    let mut response = Reply::new(
+        StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        refusal.body_with(message),
+    )
+    .with_header(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    )
+    .into_response();
+    if refusal.code == crate::protocol::OVERLOADED.code {
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(crate::protocol::OVERLOADED_RETRY_AFTER_SECS),
+        );
+    }
+    response
+}
+
+/// The remaining deadline a request carries, in its extensions.
+#[derive(Debug, Clone, Copy)]
+struct Deadline(Instant);
+
+/// Middleware of generated routers: reads the caller's remaining deadline
+/// (`Idem-Timeout-Ms`, else `grpc-timeout`), refuses a request that
+/// arrives with none left (`504 deadline_exceeded`, before anything runs),
+/// and serves the rest inside it: the handler sees it through
+/// [`Context::time_left`], clients it calls inherit it
+/// ([`crate::context`]), and when it runs out the handler is dropped and
+/// `504` sent. Dropping a keyed handler drops its transaction, so its writes
+/// and its key's claim roll back together, unless its commit had already
+/// landed, in which case the stored response replays on a retry.
+pub async fn deadlines(mut request: Request, next: axum::middleware::Next) -> Response {
+    let timeout = match crate::context::inbound_timeout(request.headers()) {
+        Ok(t) => t,
+        Err(e) => return Rejection::invalid(&format!("header `{}`", e.header), &e).into_response(),
+    };
+    let Some(left) = timeout else {
+        return crate::context::serving(crate::context::Inbound::new(None), next.run(request))
+            .await;
+    };
+    if left.is_zero() {
+        return refusal(
+            crate::protocol::DEADLINE_EXCEEDED,
+            "the request arrived after the caller's deadline; nothing was done",
+        );
+    }
+    let deadline = Instant::now() + left;
+    request.extensions_mut().insert(Deadline(deadline));
+    let inbound = crate::context::Inbound::new(Some(deadline));
+    match tokio::time::timeout(left, crate::context::serving(inbound, next.run(request))).await {
+        Ok(response) => response,
+        Err(_) => refusal(
+            crate::protocol::DEADLINE_EXCEEDED,
+            "the caller's deadline passed while the request ran; a keyed request's effect \
+             either committed with its stored response or rolled back: the same request with \
+             the same key tells which",
+        ),
+    }
+}
+
+/// Runs a keyed handler with its key in the request's context, so the keyed
+/// calls it makes as a client get keys derived from it.
+pub async fn keyed<F: std::future::Future>(cx: &Context, f: F) -> F::Output {
+    let inbound = crate::context::current().unwrap_or_default();
+    match cx.idempotency() {
+        Some(IdempotencyKey {
+            scope,
+            key: Some(key),
+        }) => crate::context::serving(inbound.with_key(scope, key), f).await,
+        _ => f.await,
+    }
+}
+
+async fn overloaded(_: tower::BoxError) -> Response {
+    refusal(
+        crate::protocol::OVERLOADED,
+        crate::protocol::OVERLOADED.message,
+    )
+}
+
+/// Admission control for a whole router: at most `max_in_flight` requests
+/// at once; the next one is answered `503 overloaded` with `Retry-After` at
+/// once, without queueing (tower's concurrency limit behind its load
+/// shedder).
+pub fn admit(router: axum::Router, max_in_flight: usize) -> axum::Router {
+    router.layer(
+        tower::ServiceBuilder::new()
+            .layer(axum::error_handling::HandleErrorLayer::new(overloaded))
+            .layer(tower::load_shed::LoadShedLayer::new())
+            .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
+                max_in_flight.max(1),
+            )),
+    )
+}
+
+/// Admission control for one route (an operation's own
+/// `x-admission.max-in-flight`).
+pub fn admit_route(
+    route: axum::routing::MethodRouter,
+    max_in_flight: usize,
+) -> axum::routing::MethodRouter {
+    route.layer(
+        tower::ServiceBuilder::new()
+            .layer(axum::error_handling::HandleErrorLayer::new(overloaded))
+            .layer(tower::load_shed::LoadShedLayer::new())
+            .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
+                max_in_flight.max(1),
+            )),
+    )
+}
+
 /// What a handler knows of its request beyond its typed input: headers,
 /// URI and, behind the idempotency layer, the caller's scope and key.
 #[derive(Debug, Clone)]
@@ -167,6 +280,18 @@ impl Context {
     /// The caller's scope and key, on a keyed route.
     pub fn idempotency(&self) -> Option<&IdempotencyKey> {
         self.parts.extensions.get::<IdempotencyKey>()
+    }
+
+    /// When the caller stops waiting, if it said (`Idem-Timeout-Ms`).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.parts.extensions.get::<Deadline>().map(|d| d.0)
+    }
+
+    /// Time left before the caller's deadline, if it gave one. Work that
+    /// cannot finish in it is better refused than started.
+    pub fn time_left(&self) -> Option<std::time::Duration> {
+        self.deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()))
     }
 }
 

@@ -1,0 +1,162 @@
+//! Retry amplification across a call chain, measured in real processes.
+//!
+//! `fixtures/chain.yaml` has one keyed operation, `doWork`. Each layer is a
+//! process serving the generated router; a middle layer's handler calls the
+//! next layer through the generated client, the bottom one writes to a
+//! database that is down and answers `503`. A driver sends user requests to
+//! the top and counts the calls that reached the bottom, in three
+//! configurations:
+//!
+//! - [`Mode::Idem`]: idem's defaults. The driver's client retries (4
+//!   attempts, shared budget); a layer's client is an inner hop: it inherits
+//!   the inbound deadline and makes one attempt with a key derived from the
+//!   inbound one.
+//! - [`Mode::Retry`]: every layer retries (4 attempts) with no budget, the
+//!   way per-call SDK retries behave: the inner call runs in a task spawned
+//!   without the request's context, so it knows nothing of its layer.
+//! - [`Mode::Budget`]: the same with a retry budget of about 10% per layer.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use idem_runtime::client::{Backoff, BudgetConfig, RetryBudget, RetryClient, RetryPolicy};
+use idem_runtime::server::IdemTx;
+use idem_runtime::server::api::Context;
+use idem_runtime::sqlx::Sqlite;
+
+/// The server, client and types generated from `fixtures/chain.yaml`.
+pub mod api {
+    idem_runtime::include_api!("chain");
+}
+
+use api::{
+    Api, DoWorkInput, DoWorkParams, DoWorkReply, DoWorkReplyServiceUnavailable, Problem, SlowReply,
+    Stats, StatsReply, Work,
+};
+
+/// How the clients of the chain retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// idem's defaults: the top retries within a budget, inner hops do not.
+    Idem,
+    /// Every layer retries 4 times, no budget.
+    Retry,
+    /// Every layer retries 4 times within a budget of about 10%.
+    Budget,
+}
+
+/// The retry client of a layer in `mode`; `budget_retries` sizes the
+/// [`Mode::Budget`] bucket.
+pub fn retry_client(mode: Mode, budget_retries: u32) -> RetryClient {
+    let http = idem_runtime::reqwest::Client::new();
+    match mode {
+        Mode::Idem => api::RETRY_DEFAULTS.retry_client(http),
+        Mode::Retry | Mode::Budget => {
+            let d = api::RETRY_DEFAULTS;
+            let policy = RetryPolicy::default()
+                .max_attempts(d.max_attempts)
+                .backoff(Backoff::full_jitter(d.base, d.cap))
+                .deadline(Duration::from_secs(60));
+            let budget = if mode == Mode::Retry {
+                RetryBudget::unlimited()
+            } else {
+                RetryBudget::new(BudgetConfig {
+                    capacity: budget_retries * d.budget.transient_cost,
+                    ..d.budget
+                })
+            };
+            RetryClient::builder(http)
+                .policy(policy)
+                .budget(budget)
+                .build()
+        }
+    }
+}
+
+/// One layer: the next layer's client, or none at the bottom.
+#[derive(Debug)]
+pub struct Layer {
+    pub depth: i32,
+    pub next: Option<api::Client>,
+    pub mode: Mode,
+    pub slow: Duration,
+    pub calls: AtomicI64,
+}
+
+fn unavailable(message: String) -> DoWorkReply {
+    DoWorkReply::ServiceUnavailable(DoWorkReplyServiceUnavailable {
+        body: Problem {
+            code: "unavailable".into(),
+            message,
+            retryable: Some(true),
+        },
+        retry_after: None,
+    })
+    // Nothing was done: the key is not kept, so a retry runs again.
+    .unrecorded()
+}
+
+impl Api<Sqlite> for Layer {
+    async fn do_work(&self, _cx: Context, _tx: IdemTx<Sqlite>, input: DoWorkInput) -> DoWorkReply {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let Some(next) = &self.next else {
+            return unavailable("the database is down".into());
+        };
+        let params = DoWorkParams {
+            x_caller: input.x_caller.clone(),
+        };
+        let result = match self.mode {
+            // Inside the request: an inner hop.
+            Mode::Idem => next.do_work(&params, &input.body).send().await,
+            // A task spawned without the request's context: the client
+            // retries as if it were the top layer.
+            Mode::Retry | Mode::Budget => {
+                let (next, body) = (next.clone(), input.body.clone());
+                match tokio::spawn(async move { next.do_work(&params, &body).send().await }).await {
+                    Ok(result) => result,
+                    Err(e) => return unavailable(e.to_string()),
+                }
+            }
+        };
+        match result {
+            Ok(work) => DoWorkReply::Created(Work {
+                id: work.id,
+                layer: Some(self.depth),
+            }),
+            Err(e) => unavailable(format!("layer {} below failed: {e}", self.depth + 1)),
+        }
+    }
+
+    async fn slow(&self, _cx: Context) -> SlowReply {
+        tokio::time::sleep(self.slow).await;
+        SlowReply::Ok(Work {
+            id: "slow".into(),
+            layer: Some(self.depth),
+        })
+    }
+
+    async fn stats(&self, _cx: Context) -> StatsReply {
+        StatsReply::Ok(Stats {
+            calls: self.calls.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// Serves `layer` on `listener` over an embedded SQLite key store.
+pub async fn serve(
+    layer: Layer,
+    listener: tokio::net::TcpListener,
+    database_url: &str,
+) -> anyhow::Result<()> {
+    use idem_runtime::server::{HeaderScope, Idempotency, Store};
+    let store = Store::open_sqlite(database_url).await?;
+    store.migrate().await?;
+    let idem = Idempotency::builder(store)
+        .scope(HeaderScope::new("x-caller"))
+        .build()?;
+    let app = api::router(layer, &idem)?;
+    idem_runtime::axum::serve(listener, app).await?;
+    Ok(())
+}
+
+pub mod run;
