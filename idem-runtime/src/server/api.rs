@@ -89,16 +89,20 @@ impl Rejection {
         self.status
     }
 
-    /// The exact body sent.
+    /// The exact body sent: `code`, `message`, `field` (when known) and
+    /// `retryable`, in this order.
     pub fn body(&self) -> String {
-        let mut body = serde_json::Map::new();
-        body.insert("code".into(), self.code.into());
-        body.insert("message".into(), self.message.clone().into());
-        if let Some(field) = &self.field {
-            body.insert("field".into(), field.clone().into());
-        }
-        body.insert("retryable".into(), false.into());
-        serde_json::Value::Object(body).to_string()
+        let text = |s: &str| serde_json::Value::from(s).to_string();
+        let field = self
+            .field
+            .as_deref()
+            .map(|f| format!(",\"field\":{}", text(f)))
+            .unwrap_or_default();
+        format!(
+            "{{\"code\":{},\"message\":{}{field},\"retryable\":false}}",
+            text(self.code),
+            text(&self.message)
+        )
     }
 
     /// As a [`Reply`], for phased operations.

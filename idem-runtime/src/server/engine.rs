@@ -66,12 +66,15 @@ pub(crate) struct Inner<DB: Backend> {
     pub(crate) shared: Arc<Shared<DB>>,
 }
 
+/// A phased operation and the instance (policy) it was registered under.
+type Registered<DB> = (Arc<dyn Operation<DB>>, Weak<Inner<DB>>);
+
 /// What the instances derived from one builder share: the registry of phased
 /// operations (each with the instance, and so the policy, it runs under) and
 /// the horizons of every policy in use, so one completer and one reaper serve
 /// them all.
 pub(crate) struct Shared<DB: Backend> {
-    operations: RwLock<HashMap<String, (Arc<dyn Operation<DB>>, Weak<Inner<DB>>)>>,
+    operations: RwLock<HashMap<String, Registered<DB>>>,
     /// `(lock_timeout, reaper_after)` of every policy in use.
     horizons: RwLock<Vec<(Duration, Duration)>>,
 }
