@@ -728,6 +728,98 @@ struct Outcome {
     headers: Vec<(String, Ty)>,
 }
 
+/// What one documented response carries, as both the client (decoding it)
+/// and the server (sending it) type it.
+pub(super) struct ResponseShape {
+    /// A success (2xx, 1xx, 3xx, or `default` when no 2xx is documented).
+    pub(super) success: bool,
+    pub(super) body: Option<ResponseBody>,
+    /// Documented headers other than `Content-Type`: wire name and type.
+    pub(super) headers: Vec<(String, Ty)>,
+}
+
+pub(super) struct ResponseBody {
+    pub(super) ty: Ty,
+    /// `Json`, `Text` or `Bytes`.
+    pub(super) enc: Encoding,
+    pub(super) media: String,
+}
+
+/// The shape of `response`: the body in its preferred media type (JSON,
+/// then text, then the rest as bytes), inline types named after the
+/// operation and status.
+pub(super) fn response_shape(
+    space: &mut TypeSpace<'_>,
+    response: &crate::model::Response,
+    camel: &str,
+    has_success: bool,
+) -> ResponseShape {
+    let success = response.status.starts_with('2')
+        || (!has_success && response.status == "default")
+        || response.status.starts_with('1')
+        || response.status.starts_with('3');
+    let context = if success {
+        format!("{camel}Response{}", status_suffix(&response.status))
+    } else {
+        format!("{camel}Error{}", status_suffix(&response.status))
+    };
+    let media = response
+        .media
+        .iter()
+        .min_by_key(|m| match encoding_of(&m.media_type) {
+            Encoding::Json => 0,
+            Encoding::Text => 1,
+            _ => 2,
+        });
+    let body = media.map(|m| {
+        let enc = encoding_of(&m.media_type);
+        let ty = match (enc, &m.schema) {
+            (Encoding::Text, _) => Ty::String,
+            (Encoding::Bytes | Encoding::Multipart | Encoding::Form, _) => Ty::Bytes,
+            (Encoding::Json, Some(schema)) => {
+                if matches!(
+                    schema.kind,
+                    Kind::String(crate::model::schema::StringFormat::Binary)
+                ) {
+                    Ty::Bytes
+                } else {
+                    space.ty(schema, &context)
+                }
+            }
+            (Encoding::Json, None) => Ty::Value,
+        };
+        let enc = match (&ty, enc) {
+            (Ty::Bytes, _) => Encoding::Bytes,
+            (_, Encoding::Text) => Encoding::Text,
+            _ => Encoding::Json,
+        };
+        ResponseBody {
+            ty,
+            enc,
+            media: m.media_type.clone(),
+        }
+    });
+    let headers = response
+        .header_specs
+        .iter()
+        .filter(|h| !h.name.eq_ignore_ascii_case("content-type"))
+        .map(|h| {
+            let ty = match h.schema.as_ref().map(|s| &s.kind) {
+                Some(Kind::Integer(_)) => Ty::I64,
+                Some(Kind::Number(_)) => Ty::F64,
+                Some(Kind::Boolean) => Ty::Bool,
+                _ => Ty::String,
+            };
+            (h.name.clone(), ty)
+        })
+        .collect();
+    ResponseShape {
+        success,
+        body,
+        headers,
+    }
+}
+
 /// The success type, the error type, the decoder's body, and the types they need.
 fn responses(
     space: &mut TypeSpace<'_>,
@@ -738,64 +830,13 @@ fn responses(
     let mut ok = Vec::new();
     let mut err = Vec::new();
     for response in &op.responses {
-        let success = response.status.starts_with('2')
-            || (!has_success && response.status == "default")
-            || response.status.starts_with('1')
-            || response.status.starts_with('3');
-        let context = if success {
-            format!("{camel}Response{}", status_suffix(&response.status))
-        } else {
-            format!("{camel}Error{}", status_suffix(&response.status))
-        };
-        let media = response
-            .media
-            .iter()
-            .min_by_key(|m| match encoding_of(&m.media_type) {
-                Encoding::Json => 0,
-                Encoding::Text => 1,
-                _ => 2,
-            });
-        let (ty, enc) = match media {
+        let shape = response_shape(space, response, camel, has_success);
+        let success = shape.success;
+        let (ty, enc) = match shape.body {
             None => (None, Encoding::Json),
-            Some(m) => {
-                let enc = encoding_of(&m.media_type);
-                let ty = match (enc, &m.schema) {
-                    (Encoding::Text, _) => Ty::String,
-                    (Encoding::Bytes | Encoding::Multipart | Encoding::Form, _) => Ty::Bytes,
-                    (Encoding::Json, Some(schema)) => {
-                        if matches!(
-                            schema.kind,
-                            Kind::String(crate::model::schema::StringFormat::Binary)
-                        ) {
-                            Ty::Bytes
-                        } else {
-                            space.ty(schema, &context)
-                        }
-                    }
-                    (Encoding::Json, None) => Ty::Value,
-                };
-                let enc = if ty == Ty::Bytes {
-                    Encoding::Bytes
-                } else {
-                    enc
-                };
-                (Some(ty), enc)
-            }
+            Some(body) => (Some(body.ty), body.enc),
         };
-        let headers = response
-            .header_specs
-            .iter()
-            .filter(|h| !h.name.eq_ignore_ascii_case("content-type"))
-            .map(|h| {
-                let ty = match h.schema.as_ref().map(|s| &s.kind) {
-                    Some(Kind::Integer(_)) => Ty::I64,
-                    Some(Kind::Number(_)) => Ty::F64,
-                    Some(Kind::Boolean) => Ty::Bool,
-                    _ => Ty::String,
-                };
-                (h.name.clone(), ty)
-            })
-            .collect();
+        let headers = shape.headers;
         let outcome = Outcome {
             status: response.status.clone(),
             ty,

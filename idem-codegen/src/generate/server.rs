@@ -20,10 +20,11 @@ use std::collections::BTreeMap;
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use super::client::{Encoding, encoding_of, is_key_parameter, query_style, status_variant};
+use super::client::{
+    Encoding, encoding_of, is_key_parameter, query_style, response_shape, status_variant,
+};
 use super::naming::{self, Namer};
 use super::types::{Ty, TypeSpace, doc_attrs, ident};
-use crate::model::schema::Kind;
 use crate::model::{KeySource, Model, Operation, RetryClass};
 use crate::vocab::{FailureReplay, InFlight, KeyRequirement};
 
@@ -167,7 +168,10 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
     }
 }
 
-/// `route_path` of the runtime, at generation time: positional captures.
+/// The axum route for an OpenAPI template: each templated segment becomes
+/// a positional capture (`{p2}`), so two templates that differ only in
+/// parameter names (`/users/{id}` and `/users/{user_id}/posts`) share one
+/// route tree without conflict. The runtime matches the real template.
 fn route_path(template: &str) -> String {
     let template = template.split('?').next().unwrap_or(template);
     let mut out = String::new();
@@ -627,62 +631,17 @@ fn reply_enum(
     let mut namer = Namer::reserving(&["Undocumented"]);
     let mut answers = Vec::new();
     for response in &op.responses {
-        let success = response.status.starts_with('2')
-            || (!has_success && response.status == "default")
-            || response.status.starts_with('1')
-            || response.status.starts_with('3');
-        let context = if success {
-            format!("{camel}Response{}", status_suffix(&response.status))
-        } else {
-            format!("{camel}Error{}", status_suffix(&response.status))
-        };
-        let media = response
-            .media
-            .iter()
-            .min_by_key(|m| match encoding_of(&m.media_type) {
-                Encoding::Json => 0,
-                Encoding::Text => 1,
-                _ => 2,
-            });
-        let body = media.map(|m| {
-            let enc = encoding_of(&m.media_type);
-            let ty = match (enc, &m.schema) {
-                (Encoding::Text, _) => Ty::String,
-                (Encoding::Bytes | Encoding::Multipart | Encoding::Form, _) => Ty::Bytes,
-                (Encoding::Json, Some(schema)) => {
-                    if matches!(
-                        schema.kind,
-                        Kind::String(crate::model::schema::StringFormat::Binary)
-                    ) {
-                        Ty::Bytes
-                    } else {
-                        space.ty(schema, &context)
-                    }
-                }
-                (Encoding::Json, None) => Ty::Value,
-            };
-            let enc = match (&ty, enc) {
-                (Ty::Bytes, _) => Encoding::Bytes,
-                (_, Encoding::Text) => Encoding::Text,
-                _ => Encoding::Json,
-            };
-            (ty, enc, m.media_type.clone())
-        });
+        let shape = response_shape(space, response, camel, has_success);
+        let body = shape.body.map(|b| (b.ty, b.enc, b.media));
         let mut header_namer = Namer::reserving(&["body", "status"]);
-        let headers = response
-            .header_specs
-            .iter()
-            .filter(|h| !h.name.eq_ignore_ascii_case("content-type") && http_header_name(&h.name))
-            .map(|h| {
-                let ty = match h.schema.as_ref().map(|s| &s.kind) {
-                    Some(Kind::Integer(_)) => Ty::I64,
-                    Some(Kind::Number(_)) => Ty::F64,
-                    Some(Kind::Boolean) => Ty::Bool,
-                    _ => Ty::String,
-                };
+        let headers = shape
+            .headers
+            .into_iter()
+            .filter(|(name, _)| http_header_name(name))
+            .map(|(name, ty)| {
                 (
-                    ident(&header_namer.unique(&naming::snake(&h.name, "header"))),
-                    h.name.clone(),
+                    ident(&header_namer.unique(&naming::snake(&name, "header"))),
+                    name,
                     ty,
                 )
             })
@@ -838,13 +797,6 @@ fn reply_enum(
                 ::idem_runtime::axum::response::IntoResponse::into_response(self.into_reply())
             }
         }
-    }
-}
-
-fn status_suffix(status: &str) -> String {
-    match status {
-        "default" => "Default".to_owned(),
-        other => other.to_owned(),
     }
 }
 
@@ -1091,4 +1043,18 @@ fn method_doc(op: &Operation, wiring: Wiring) -> String {
         doc.push_str(warning.value.trim());
     }
     doc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route_path;
+
+    #[test]
+    fn templated_segments_become_positional_captures() {
+        assert_eq!(route_path("/users/{id}/posts"), "/users/{p2}/posts");
+        assert_eq!(route_path("/users/{user_id}"), "/users/{p2}");
+        assert_eq!(route_path("/files/{name}.{ext}"), "/files/{p2}");
+        assert_eq!(route_path("/v1/charges"), "/v1/charges");
+        assert_eq!(route_path("relative/{x}"), "/relative/{p1}");
+    }
 }

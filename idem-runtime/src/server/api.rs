@@ -232,19 +232,22 @@ async fn overloaded(_: tower::BoxError) -> Response {
     )
 }
 
-/// Admission control for a whole router: at most `max_in_flight` requests
-/// at once; the next one is answered `503 overloaded` with `Retry-After` at
-/// once, without queueing (tower's concurrency limit behind its load
-/// shedder).
-pub fn admit(router: axum::Router, max_in_flight: usize) -> axum::Router {
-    router.layer(
+/// Tower's concurrency limit behind its load shedder, refusals answered
+/// as [`OVERLOADED`](crate::protocol::OVERLOADED).
+macro_rules! shedding {
+    ($max:expr) => {
         tower::ServiceBuilder::new()
             .layer(axum::error_handling::HandleErrorLayer::new(overloaded))
             .layer(tower::load_shed::LoadShedLayer::new())
-            .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
-                max_in_flight.max(1),
-            )),
-    )
+            .layer(tower::limit::GlobalConcurrencyLimitLayer::new($max.max(1)))
+    };
+}
+
+/// Admission control for a whole router: at most `max_in_flight` requests
+/// at once; the next one is answered `503 overloaded` with `Retry-After` at
+/// once, without queueing.
+pub fn admit(router: axum::Router, max_in_flight: usize) -> axum::Router {
+    router.layer(shedding!(max_in_flight))
 }
 
 /// Admission control for one route (an operation's own
@@ -253,14 +256,7 @@ pub fn admit_route(
     route: axum::routing::MethodRouter,
     max_in_flight: usize,
 ) -> axum::routing::MethodRouter {
-    route.layer(
-        tower::ServiceBuilder::new()
-            .layer(axum::error_handling::HandleErrorLayer::new(overloaded))
-            .layer(tower::load_shed::LoadShedLayer::new())
-            .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
-                max_in_flight.max(1),
-            )),
-    )
+    route.layer(shedding!(max_in_flight))
 }
 
 /// What a handler knows of its request beyond its typed input: headers,
@@ -659,29 +655,6 @@ fn percent_decode(segment: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The axum route for an OpenAPI template: each templated segment becomes
-/// a positional capture (`{p0}`), so two templates that differ only in
-/// parameter names (`/users/{id}` and `/users/{user_id}/posts`) share one
-/// route tree without conflict.
-pub fn route_path(template: &str) -> String {
-    let template = template.split('?').next().unwrap_or(template);
-    let mut out = String::new();
-    for (index, segment) in template.split('/').enumerate() {
-        if index > 0 {
-            out.push('/');
-        }
-        if segment.contains('{') || segment.contains('}') || segment.starts_with('*') {
-            out.push_str(&format!("{{p{index}}}"));
-        } else {
-            out.push_str(segment);
-        }
-    }
-    if !out.starts_with('/') {
-        out.insert(0, '/');
-    }
-    out
-}
-
 /// A reply with `body` serialized as JSON, sent as `content_type`.
 pub fn json<T: serde::Serialize + ?Sized>(status: u16, content_type: &str, body: &T) -> Reply {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -1008,7 +981,5 @@ mod tests {
             ])
         );
         assert_eq!(match_template("/v1/charges/{id}", "/v1/refunds/x"), None);
-        assert_eq!(route_path("/users/{id}/posts"), "/users/{p2}/posts");
-        assert_eq!(route_path("/files/{name}.{ext}"), "/files/{p2}");
     }
 }
