@@ -264,7 +264,7 @@ fn vocabulary_mistakes_are_findings_not_crashes() {
         "vocab.yaml",
         &format!(
             "{HEAD}x-idempotency:\n  replay-windw: 7d\n  lock-timeout: 60\n  scope: [account]\n  allow: {{ no-such-rule: x, missing-retry-after: '' }}\n\
-             x-retry: 3\npaths: {{}}\n"
+             x-retry: 3\nx-admission: {{ max-in-flite: 10 }}\npaths:\n  /a:\n    get:\n      x-admission: {{ max-in-flight: 0 }}\n      responses: {{ '200': {{ description: ok }} }}\n"
         ),
     );
     let o = audit(&spec);
@@ -278,6 +278,9 @@ fn vocabulary_mistakes_are_findings_not_crashes() {
         "`allow` names an unknown rule `no-such-rule`",
         "waiving `missing-retry-after` needs a reason",
         "`x-retry` must be a mapping, found a number",
+        "unknown field `max-in-flite` in `x-admission`",
+        "did you mean `max-in-flight`?",
+        "`max-in-flight`",
     ] {
         assert!(
             o.stdout.contains(expected),

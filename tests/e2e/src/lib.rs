@@ -21,3 +21,8 @@ pub mod cratebase {
 pub mod hostile {
     idem_runtime::include_api!("hostile");
 }
+
+/// `fixtures/docs-hostile.yaml`: hostile text, and `in-flight: accepted`.
+pub mod docs_hostile {
+    idem_runtime::include_api!("docs_hostile");
+}
