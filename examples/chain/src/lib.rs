@@ -154,9 +154,56 @@ pub async fn serve(
     let idem = Idempotency::builder(store)
         .scope(HeaderScope::new("x-caller"))
         .build()?;
-    let app = api::router(layer, &idem)?;
+    let refusals = Refusals::default();
+    let app = with_refusal_timing(api::router(layer, &idem)?, refusals);
     idem_runtime::axum::serve(listener, app).await?;
     Ok(())
+}
+
+/// How long the server took to answer each `503`, from the moment the
+/// request reached the router: what admission control costs a refused
+/// caller, without the load generator's own scheduling.
+#[derive(Debug, Clone, Default)]
+pub struct Refusals(std::sync::Arc<std::sync::Mutex<Vec<Duration>>>);
+
+fn with_refusal_timing(
+    app: idem_runtime::axum::Router,
+    refusals: Refusals,
+) -> idem_runtime::axum::Router {
+    use idem_runtime::axum::{self, extract::Request, middleware::Next, routing::get};
+    let timed = refusals.clone();
+    let app = app.layer(axum::middleware::from_fn(
+        move |request: Request, next: Next| {
+            let timed = timed.clone();
+            async move {
+                let started = std::time::Instant::now();
+                let response = next.run(request).await;
+                if response.status() == 503
+                    && let Ok(mut all) = timed.0.lock()
+                {
+                    all.push(started.elapsed());
+                }
+                response
+            }
+        },
+    ));
+    let report = move || {
+        let refusals = refusals.clone();
+        async move {
+            let mut all = refusals.0.lock().map(|a| a.clone()).unwrap_or_default();
+            all.sort_unstable();
+            let at = |q: f64| {
+                all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1)))
+                    .map_or(0, |d| d.as_micros() as u64)
+            };
+            idem_runtime::axum::Json(idem_runtime::serde_json::json!({
+                "count": all.len(), "p50_us": at(0.5), "p99_us": at(0.99), "max_us": at(1.0),
+            }))
+        }
+    };
+    axum::Router::new()
+        .route("/_refusals", get(report))
+        .merge(app)
 }
 
 pub mod run;

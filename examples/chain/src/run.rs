@@ -181,6 +181,9 @@ pub struct Overload {
     pub accepted_p99: Duration,
     pub goodput: f64,
     pub ideal: f64,
+    /// Server side: from the request reaching the router to its `503`.
+    pub server_p50: Duration,
+    pub server_p99: Duration,
 }
 
 fn quantile(sorted: &[Duration], q: f64) -> Duration {
@@ -244,6 +247,13 @@ pub async fn overload(
     }
     ok.sort_unstable();
     refused.sort_unstable();
+    let stats: idem_runtime::serde_json::Value = http
+        .get(format!("http://{}/_refusals", layer.addr))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let micros = |k: &str| Duration::from_micros(stats[k].as_u64().unwrap_or(0));
     let limit = 32;
     Ok(Overload {
         limit,
@@ -256,5 +266,7 @@ pub async fn overload(
         accepted_p99: quantile(&ok, 0.99),
         goodput: ok.len() as f64 / seconds,
         ideal: limit as f64 * 1000.0 / slow_ms as f64,
+        server_p50: micros("p50_us"),
+        server_p99: micros("p99_us"),
     })
 }
