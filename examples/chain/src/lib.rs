@@ -81,6 +81,9 @@ pub struct Layer {
     pub mode: Mode,
     pub slow: Duration,
     pub calls: AtomicI64,
+    /// The bottom's database: `None` while it is down; up, `doWork` takes
+    /// `slow` and then writes a row in the key's transaction.
+    pub database: Option<idem_runtime::sqlx::SqlitePool>,
 }
 
 fn unavailable(message: String) -> DoWorkReply {
@@ -97,10 +100,29 @@ fn unavailable(message: String) -> DoWorkReply {
 }
 
 impl Api<Sqlite> for Layer {
-    async fn do_work(&self, _cx: Context, _tx: IdemTx<Sqlite>, input: DoWorkInput) -> DoWorkReply {
+    async fn do_work(
+        &self,
+        _cx: Context,
+        mut tx: IdemTx<Sqlite>,
+        input: DoWorkInput,
+    ) -> DoWorkReply {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let Some(next) = &self.next else {
-            return unavailable("the database is down".into());
+            if self.database.is_none() {
+                return unavailable("the database is down".into());
+            }
+            tokio::time::sleep(self.slow).await;
+            let written = idem_runtime::sqlx::query("INSERT INTO work (id) VALUES ($1)")
+                .bind(&input.body.id)
+                .execute(&mut *tx)
+                .await;
+            return match written {
+                Ok(_) => DoWorkReply::Created(Work {
+                    id: input.body.id,
+                    layer: Some(self.depth),
+                }),
+                Err(e) => unavailable(e.to_string()),
+            };
         };
         let params = DoWorkParams {
             x_caller: input.x_caller.clone(),
@@ -136,21 +158,37 @@ impl Api<Sqlite> for Layer {
     }
 
     async fn stats(&self, _cx: Context) -> StatsReply {
+        let effects = match &self.database {
+            Some(pool) => idem_runtime::sqlx::query_scalar("SELECT COUNT(*) FROM work")
+                .fetch_one(pool)
+                .await
+                .unwrap_or(-1),
+            None => 0,
+        };
         StatsReply::Ok(Stats {
             calls: self.calls.load(Ordering::Relaxed),
+            effects,
         })
     }
 }
 
-/// Serves `layer` on `listener` over an embedded SQLite key store.
+/// Serves `layer` on `listener` over an embedded SQLite key store; with
+/// `database_up`, the bottom's own table lives in the same file.
 pub async fn serve(
-    layer: Layer,
+    mut layer: Layer,
     listener: tokio::net::TcpListener,
     database_url: &str,
+    database_up: bool,
 ) -> anyhow::Result<()> {
     use idem_runtime::server::{HeaderScope, Idempotency, Store};
     let store = Store::open_sqlite(database_url).await?;
     store.migrate().await?;
+    if database_up {
+        idem_runtime::sqlx::query("CREATE TABLE IF NOT EXISTS work (id TEXT NOT NULL)")
+            .execute(store.pool())
+            .await?;
+        layer.database = Some(store.pool().clone());
+    }
     let idem = Idempotency::builder(store)
         .scope(HeaderScope::new("x-caller"))
         .build()?;

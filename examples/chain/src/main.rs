@@ -52,6 +52,9 @@ enum Command {
         budget_retries: u32,
         #[arg(long, default_value_t = 20)]
         slow_ms: u64,
+        /// At the bottom: the database is up, and doWork takes --slow-ms.
+        #[arg(long)]
+        database_up: bool,
     },
 }
 
@@ -66,6 +69,7 @@ async fn main() -> ExitCode {
             mode,
             budget_retries,
             slow_ms,
+            database_up,
         } => {
             let next = match next {
                 Some(url) => match api::Client::with_retry_client(
@@ -83,12 +87,13 @@ async fn main() -> ExitCode {
                 mode,
                 slow: Duration::from_millis(slow_ms),
                 calls: AtomicI64::new(0),
+                database: None,
             };
             let listener = match tokio::net::TcpListener::bind(listen).await {
                 Ok(l) => l,
                 Err(e) => return fail(e),
             };
-            match chain_demo::serve(layer, listener, &database_url).await {
+            match chain_demo::serve(layer, listener, &database_url, database_up).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(e),
             }

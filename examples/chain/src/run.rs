@@ -29,6 +29,33 @@ impl Process {
         budget_retries: u32,
         slow_ms: u64,
     ) -> anyhow::Result<Process> {
+        Self::start(exe, dir, depth, next, mode, budget_retries, slow_ms, false).await
+    }
+
+    /// A bottom layer whose database is up: `doWork` takes `slow_ms`, then
+    /// writes a row in its key's transaction.
+    pub async fn bottom_with_database(
+        exe: &Path,
+        dir: &Path,
+        slow_ms: u64,
+    ) -> anyhow::Result<Process> {
+        Self::start(exe, dir, 1, None, Mode::Idem, 0, slow_ms, true).await
+    }
+
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one flag each, passed straight to the process"
+    )]
+    async fn start(
+        exe: &Path,
+        dir: &Path,
+        depth: i32,
+        next: Option<SocketAddr>,
+        mode: Mode,
+        budget_retries: u32,
+        slow_ms: u64,
+        database_up: bool,
+    ) -> anyhow::Result<Process> {
         let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
         let mut command = tokio::process::Command::new(exe);
         command
@@ -47,6 +74,9 @@ impl Process {
         if let Some(next) = next {
             command.args(["--next", &format!("http://{next}")]);
         }
+        if database_up {
+            command.arg("--database-up");
+        }
         let child = command.spawn().context("cannot start a layer")?;
         let started = Instant::now();
         while tokio::net::TcpStream::connect(addr).await.is_err() {
@@ -61,8 +91,13 @@ impl Process {
 
     /// The number of `doWork` calls its handler ran.
     pub async fn calls(&self) -> anyhow::Result<i64> {
+        Ok(self.stats().await?.calls)
+    }
+
+    /// Its handler's calls and the rows it wrote.
+    pub async fn stats(&self) -> anyhow::Result<api::Stats> {
         let client = api::Client::new(&format!("http://{}", self.addr))?;
-        Ok(client.stats().send().await?.calls)
+        Ok(client.stats().send().await?)
     }
 }
 
