@@ -524,7 +524,9 @@ fn policy_override(op: &RetryPolicy, root: &RetryPolicy) -> TokenStream {
     }
 }
 
-fn method_doc(model: &Model, op: &Operation) -> String {
+/// The start of an operation's doc comment, client and server alike: its
+/// summary, its description, and its method and path.
+pub(super) fn doc_head(op: &Operation) -> String {
     let mut doc = String::new();
     if let Some(summary) = &op.summary {
         doc.push_str(summary.trim());
@@ -537,6 +539,11 @@ fn method_doc(model: &Model, op: &Operation) -> String {
         doc.push_str("\n\n");
     }
     doc.push_str(&format!("`{} {}`\n\n", op.method, op.path));
+    doc
+}
+
+fn method_doc(model: &Model, op: &Operation) -> String {
+    let mut doc = doc_head(op);
     let class = match op.class {
         RetryClass::Safe => "Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).".to_owned(),
         RetryClass::Keyed => {

@@ -21,7 +21,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 use super::client::{
-    Encoding, encoding_of, is_key_parameter, query_style, response_shape, status_variant,
+    Encoding, doc_head, encoding_of, is_key_parameter, query_style, response_shape, status_variant,
 };
 use super::naming::{self, Namer};
 use super::types::{Ty, TypeSpace, doc_attrs, ident};
@@ -993,18 +993,7 @@ fn phased(
 }
 
 fn method_doc(op: &Operation, wiring: Wiring) -> String {
-    let mut doc = String::new();
-    if let Some(summary) = &op.summary {
-        doc.push_str(summary.trim());
-        doc.push_str("\n\n");
-    }
-    if let Some(description) = &op.description
-        && Some(description.trim()) != op.summary.as_deref().map(str::trim)
-    {
-        doc.push_str(description.trim());
-        doc.push_str("\n\n");
-    }
-    doc.push_str(&format!("`{} {}`\n\n", op.method, op.path));
+    let mut doc = doc_head(op);
     let location = match &op.key.source {
         Some(KeySource::Header { name, .. }) => format!("the `{name}` header"),
         Some(KeySource::Body { field }) => format!("the body's `{field}` field"),

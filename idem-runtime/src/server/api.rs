@@ -327,23 +327,7 @@ impl Inbound {
             Ok(b) => b,
             Err(_) => return Err(Rejection::too_large(limit)),
         };
-        let path = match_template(template, parts.uri.path())
-            .ok_or_else(|| Rejection::invalid("path", "does not match the operation's path"))?;
-        let query = parts
-            .uri
-            .query()
-            .map(|q| {
-                form_urlencoded::parse(q.as_bytes())
-                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        Ok(Inbound {
-            parts,
-            path,
-            query,
-            body,
-        })
+        Self::from_parts(parts, body, template)
     }
 
     /// A request as the store keeps it (method, path with query, body), for
@@ -360,6 +344,11 @@ impl Inbound {
             .body(())
             .map_err(|e| Rejection::invalid("request", e))?;
         let (parts, ()) = request.into_parts();
+        Self::from_parts(parts, Bytes::copy_from_slice(body), template)
+    }
+
+    /// Path parameters by the template's names, and the query pairs.
+    fn from_parts(parts: Parts, body: Bytes, template: &str) -> Result<Self, Rejection> {
         let path = match_template(template, parts.uri.path())
             .ok_or_else(|| Rejection::invalid("path", "does not match the operation's path"))?;
         let query = parts
@@ -375,7 +364,7 @@ impl Inbound {
             parts,
             path,
             query,
-            body: Bytes::copy_from_slice(body),
+            body,
         })
     }
 
