@@ -9,7 +9,7 @@ use crate::source::Pos;
 use crate::tree::Node;
 use crate::vocab::{
     Backoff, Budget, Effect, ExtensionError, FailureReplay, IdempotencyExt, InFlight,
-    KeyRequirement, Level, Located, Reader, RetryExt, Scope, Waiver,
+    KeyRequirement, Level, Located, Reader, Resume, RetryExt, Scope, Waiver,
 };
 
 mod build;
@@ -320,6 +320,8 @@ pub struct KeySettings {
     pub failure_replay: Option<FailureReplay>,
     pub in_flight: InFlight,
     pub lock_timeout: Duration,
+    /// The resume schedule of a phased operation.
+    pub resume: Resume,
 }
 
 impl KeySettings {
@@ -505,6 +507,7 @@ pub(crate) fn merge_idempotency(outer: &IdempotencyExt, inner: IdempotencyExt) -
         failure_replay: inner.failure_replay.or(outer.failure_replay),
         in_flight: inner.in_flight.or(outer.in_flight),
         lock_timeout: inner.lock_timeout.or(outer.lock_timeout),
+        resume: inner.resume.or(outer.resume),
         effect: inner.effect,
         key: inner.key,
         key_in: inner.key_in.or(outer.key_in),
@@ -546,6 +549,7 @@ pub fn key_settings(ext: &IdempotencyExt) -> KeySettings {
         lock_timeout: ext
             .lock_timeout
             .map_or(KeySettings::DEFAULT_LOCK_TIMEOUT, |d| d.value),
+        resume: ext.resume.map(|r| r.value).unwrap_or_default(),
     }
 }
 

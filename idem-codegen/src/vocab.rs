@@ -142,6 +142,7 @@ pub struct IdempotencyExt {
     pub failure_replay: Option<Located<FailureReplay>>,
     pub in_flight: Option<Located<InFlight>>,
     pub lock_timeout: Option<Located<Duration>>,
+    pub resume: Option<Located<Resume>>,
     pub effect: Option<Located<Effect>>,
     pub key: Option<Located<KeyRequirement>>,
     pub key_in: Option<Located<KeyIn>>,
@@ -156,6 +157,31 @@ pub struct Waiver {
     pub rule: String,
     pub reason: String,
     pub pos: Pos,
+}
+
+/// How the server resumes a phased request after a transient failure of a
+/// foreign call, and when it gives up (`x-idempotency.resume`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Resume {
+    /// Runs a request may have, the first included.
+    pub max_attempts: u32,
+    /// Scale of the full-jitter backoff between runs.
+    pub base: Duration,
+    /// Longest wait between two runs.
+    pub cap: Duration,
+    /// Age, from the claim, past which no run starts.
+    pub give_up_after: Duration,
+}
+
+impl Default for Resume {
+    fn default() -> Self {
+        Resume {
+            max_attempts: 12,
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(15 * 60),
+            give_up_after: Duration::from_secs(24 * 3600),
+        }
+    }
 }
 
 /// The retry budget's token costs.
@@ -221,6 +247,7 @@ const IDEMPOTENCY_FIELDS: &[&str] = &[
     "failure-replay",
     "in-flight",
     "lock-timeout",
+    "resume",
     "effect",
     "key",
     "key-in",
@@ -240,6 +267,8 @@ const RETRY_FIELDS: &[&str] = &[
 ];
 
 const ADMISSION_FIELDS: &[&str] = &["max-in-flight"];
+
+const RESUME_FIELDS: &[&str] = &["max-attempts", "base", "cap", "give-up-after"];
 
 const BUDGET_FIELDS: &[&str] = &[
     "capacity",
@@ -323,6 +352,7 @@ impl Reader<'_> {
                     ext.in_flight = self.keyword(value, field, InFlight::parse, InFlight::ALL);
                 }
                 "lock-timeout" => ext.lock_timeout = self.duration(value, field),
+                "resume" => ext.resume = self.resume(value),
                 "effect" => ext.effect = self.keyword(value, field, Effect::parse, Effect::ALL),
                 "key" if level == Level::Root => ext.key = self.root_key(value),
                 "key" => {
@@ -406,6 +436,47 @@ impl Reader<'_> {
             return None;
         }
         self.keyword(node, "backoff", Backoff::parse, Backoff::ALL)
+    }
+
+    fn resume(&mut self, node: &Node) -> Option<Located<Resume>> {
+        let mut resume = Resume::default();
+        let before = self.errors.len();
+        for (key, value) in self.fields(node, "x-idempotency.resume", RESUME_FIELDS, Level::Root) {
+            let field = key.name.as_str();
+            match field {
+                "max-attempts" => {
+                    if let Some(n) = self.count(value, field, 1, 1000) {
+                        resume.max_attempts = n.value;
+                    }
+                }
+                "base" | "cap" | "give-up-after" => {
+                    let Some(d) = self.duration(value, field) else {
+                        continue;
+                    };
+                    match field {
+                        "base" => resume.base = d.value,
+                        "cap" => resume.cap = d.value,
+                        _ => resume.give_up_after = d.value,
+                    }
+                }
+                _ => {}
+            }
+        }
+        if self.errors.len() == before && resume.cap < resume.base {
+            self.error(
+                node.pos,
+                format!(
+                    "`x-idempotency.resume.cap` ({}) is shorter than its `base` ({})",
+                    format_duration(resume.cap),
+                    format_duration(resume.base)
+                ),
+                Some("the cap bounds the doubled waits, so it must be at least the base".into()),
+            );
+        }
+        (self.errors.len() == before).then_some(Located {
+            value: resume,
+            pos: node.pos,
+        })
     }
 
     fn budget(&mut self, node: &Node) -> Option<Located<Budget>> {

@@ -116,7 +116,8 @@ rule_fixtures! {
         (21, "IDEM007"), (23, "IDEM007"), (25, "IDEM007"), (30, "IDEM007"), (32, "IDEM007"),
         (40, "IDEM007"), (44, "IDEM007"), (53, "IDEM007"), (61, "IDEM007"), (74, "IDEM007"),
         (76, "IDEM007"), (78, "IDEM007"), (80, "IDEM007"), (94, "IDEM007"), (96, "IDEM007"),
-        (99, "IDEM007"), (111, "IDEM007"), (122, "IDEM007"), (133, "IDEM007"), (135, "IDEM007"),
+        (99, "IDEM007"), (111, "IDEM007"), (122, "IDEM007"), (135, "IDEM007"), (148, "IDEM007"),
+        (151, "IDEM007"), (153, "IDEM007"), (156, "IDEM007"),
     ];
     missing_conflict_responses: "missing-conflict-responses" => [
         (21, "IDEM008"), (32, "IDEM008"), (43, "IDEM008"), (51, "IDEM008"),

@@ -96,6 +96,44 @@ pub const KEY_IN_FLIGHT: Refusal = Refusal {
     retryable: true,
 };
 
+/// A phased request the server gave up on: its foreign calls kept failing
+/// until the resume bound (`x-idempotency.resume`: attempts or age) was
+/// reached. The server no longer calls out for it, and neither will a retry:
+/// an operator settles it from the recovery point the message names.
+pub const KEY_EXHAUSTED: Refusal = Refusal {
+    code: "idempotency_key_exhausted",
+    status: 409,
+    message: "the request with this idempotency key stopped after its last allowed attempt and \
+              will not be resumed; its effects stop at the recovery point named here, and an \
+              operator settles it",
+    retryable: false,
+};
+
+/// The server lacks something it needs for this operation (a missing
+/// upstream, a disabled feature, a setting): nothing was recorded, so the
+/// same request with the same key runs normally once that is fixed.
+pub const UNAVAILABLE: Refusal = Refusal {
+    code: "operation_unavailable",
+    status: 503,
+    message: "the server cannot perform this operation now; nothing was recorded; retry later \
+              with the same key",
+    retryable: true,
+};
+
+/// Seconds of `Retry-After` sent with [`UNAVAILABLE`].
+pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 30;
+
+/// A phased request stopped at a recovery point after a transient failure
+/// of a foreign call; it resumes there when retried (or by the completer)
+/// once `Retry-After` has passed.
+pub const INCOMPLETE: Refusal = Refusal {
+    code: "operation_incomplete",
+    status: 503,
+    message: "the operation stopped at a recovery point after a transient failure; retry with \
+              the same key after the delay given to resume it",
+    retryable: true,
+};
+
 /// The caller's remaining deadline (`Idem-Timeout-Ms`, or `grpc-timeout`)
 /// was used up: on arrival (nothing was done), or while the handler ran (a
 /// keyed request's effect either committed with its stored response or

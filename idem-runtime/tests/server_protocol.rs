@@ -22,8 +22,8 @@ use axum::routing::post;
 use http::StatusCode;
 use idem_runtime::server::{
     BoxFuture, ConfigError, FailureReplay, ForeignCall, HeaderScope, IdemTx, Idempotency,
-    IdempotencyKey, InFlight, KeyIn, MismatchStatus, Operation, Policy, Reply, Run, StepError,
-    Store,
+    IdempotencyKey, InFlight, KeyIn, MismatchStatus, Operation, Policy, Reply, ResumePolicy, Run,
+    StepError, Store,
 };
 use serde_json::{Value, json};
 use support_server::{TestDb, serve};
@@ -511,6 +511,10 @@ struct Provider {
     hold: AtomicBool,
     release: Notify,
     fail_next: AtomicBool,
+    /// Every call fails transiently.
+    down: AtomicBool,
+    /// The server has no provider configured: the operation refuses to start.
+    unconfigured: AtomicBool,
 }
 
 impl Provider {
@@ -520,7 +524,7 @@ impl Provider {
         if self.hold.load(Ordering::SeqCst) {
             self.release.notified().await;
         }
-        if self.fail_next.swap(false, Ordering::SeqCst) {
+        if self.fail_next.swap(false, Ordering::SeqCst) || self.down.load(Ordering::SeqCst) {
             return Err(StepError::Transient("provider timed out".into()));
         }
         Ok(format!("ch_{}", call.derived_key))
@@ -539,6 +543,11 @@ impl<DB: TestDb> Operation<DB> for Checkout<DB> {
 
     fn run<'a>(&'a self, run: &'a mut Run<DB>) -> BoxFuture<'a, Result<Reply, StepError>> {
         Box::pin(async move {
+            if self.provider.unconfigured.load(Ordering::SeqCst) {
+                return Err(StepError::Unavailable(
+                    "no payment provider is configured".into(),
+                ));
+            }
             let scope = run.scope().to_owned();
             let order: i64 = run
                 .local("create_order", move |tx| {
@@ -865,7 +874,11 @@ async fn completer_finishes_what_the_client_abandoned<DB: TestDb>(store: Store<D
         DB::key_state(&store, "abandoned").await.as_deref(),
         Some("in_flight")
     );
-    // The client never retries; the completer resumes at the recovery point.
+    // Not due yet: the first backoff draws up to a second.
+    assert_eq!(idem.complete_abandoned(10).await.unwrap().found, 0);
+    // The client never retries; once due, the completer resumes at the
+    // recovery point.
+    DB::age_key(&store, "abandoned", 1_000).await;
     let report = idem.complete_abandoned(10).await.unwrap();
     assert_eq!((report.found, report.completed), (1, 1));
     assert_eq!(
@@ -896,6 +909,147 @@ async fn completer_finishes_what_the_client_abandoned<DB: TestDb>(store: Store<D
     let _ = pending.await;
 }
 on_every_backend!(completer_finishes_what_the_client_abandoned);
+
+/// Three runs at most, a backoff long enough that nothing is due unless the
+/// test ages the record.
+fn three_runs() -> Policy {
+    Policy::new().resume(ResumePolicy {
+        max_attempts: 3,
+        base: Duration::from_secs(60),
+        cap: Duration::from_secs(60),
+        give_up_after: Duration::from_secs(24 * 3600),
+    })
+}
+
+async fn failed_runs_back_off_and_the_bound_ends_them<DB: TestDb>(store: Store<DB>) {
+    let provider = Arc::new(Provider::default());
+    provider.down.store(true, Ordering::SeqCst);
+    let (addr, idem) = phased_app(store.clone(), three_runs(), Arc::clone(&provider)).await;
+    let app = Router::new().merge(idem.status_router());
+    let status_addr = serve(app).await;
+    let client = reqwest::Client::new();
+
+    let first = checkout(&client, addr, "down").send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let wait: u64 = first.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (1..=60).contains(&wait),
+        "Retry-After {wait} is the backoff"
+    );
+    assert_eq!(code(first).await.1, "operation_incomplete");
+    // Full jitter may draw a wait near zero; a minute more makes sure the
+    // next run is not due yet. A retry before it is due is answered without
+    // calling out, and the completer's pass leaves it alone.
+    DB::age_key(&store, "down", -60_000).await;
+    let early = checkout(&client, addr, "down").send().await.unwrap();
+    assert_eq!(
+        code(early).await,
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "operation_incomplete".into()
+        )
+    );
+    assert_eq!(idem.complete_abandoned(10).await.unwrap().found, 0);
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 1);
+
+    // Due: the completer runs it (2nd run) and a retry runs it (3rd, the last).
+    DB::age_key(&store, "down", 120_000).await;
+    let report = idem.complete_abandoned(10).await.unwrap();
+    assert_eq!((report.found, report.completed), (1, 0));
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 2);
+    DB::age_key(&store, "down", 60_000).await;
+    let last = checkout(&client, addr, "down").send().await.unwrap();
+    assert_eq!(
+        code(last).await,
+        (StatusCode::CONFLICT, "idempotency_key_exhausted".into())
+    );
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        DB::key_state(&store, "down").await.as_deref(),
+        Some("exhausted")
+    );
+
+    // Terminal: no retry, no completer pass and no recovered provider makes
+    // another call; the operator sees it.
+    provider.down.store(false, Ordering::SeqCst);
+    DB::age_key(&store, "down", 3_600_000).await;
+    assert_eq!(idem.complete_abandoned(10).await.unwrap().found, 0);
+    let retry = checkout(&client, addr, "down").send().await.unwrap();
+    assert_eq!(retry.status(), StatusCode::CONFLICT);
+    let body: Value = retry.json().await.unwrap();
+    assert_eq!(body["code"], "idempotency_key_exhausted");
+    assert_eq!(body["retryable"], false);
+    assert!(
+        body["message"].as_str().unwrap().contains("charge:intent"),
+        "{body}"
+    );
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 3);
+    let status = get_status(&client, status_addr, "/idempotency-keys/down", Some("a")).await;
+    assert_eq!(
+        code(status).await,
+        (StatusCode::CONFLICT, "idempotency_key_exhausted".into())
+    );
+    assert_eq!(idem.count_exhausted().await.unwrap(), 1);
+    let listed = idem.exhausted(10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].key.as_str(), listed[0].recovery_point.as_str()),
+        ("down", "charge:intent")
+    );
+    assert_eq!(listed[0].attempts, 3);
+    assert_eq!(DB::count_orders(&store).await, 1);
+}
+on_every_backend!(failed_runs_back_off_and_the_bound_ends_them);
+
+async fn a_run_past_the_age_bound_is_not_started<DB: TestDb>(store: Store<DB>) {
+    let provider = Arc::new(Provider::default());
+    provider.fail_next.store(true, Ordering::SeqCst);
+    let (addr, idem) = phased_app(store.clone(), three_runs(), Arc::clone(&provider)).await;
+    let client = reqwest::Client::new();
+    let first = checkout(&client, addr, "old").send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // A day later (the server was down, say), the schedule has run out.
+    DB::age_key(&store, "old", 24 * 3600 * 1000 + 1).await;
+    let report = idem.complete_abandoned(10).await.unwrap();
+    assert_eq!((report.found, report.completed), (1, 0));
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        DB::key_state(&store, "old").await.as_deref(),
+        Some("exhausted")
+    );
+    assert_eq!(idem.exhausted(10).await.unwrap()[0].attempts, 1);
+}
+on_every_backend!(a_run_past_the_age_bound_is_not_started);
+
+async fn a_missing_provider_is_unavailable_and_records_nothing<DB: TestDb>(store: Store<DB>) {
+    let provider = Arc::new(Provider::default());
+    provider.unconfigured.store(true, Ordering::SeqCst);
+    let (addr, _idem) = phased_app(store.clone(), Policy::new(), Arc::clone(&provider)).await;
+    let client = reqwest::Client::new();
+    let refused = checkout(&client, addr, "unconfigured")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], "operation_unavailable");
+    assert_eq!(body["retryable"], true);
+    assert_eq!(DB::key_state(&store, "unconfigured").await, None);
+    // Configured: the same key now runs normally.
+    provider.unconfigured.store(false, Ordering::SeqCst);
+    let done = checkout(&client, addr, "unconfigured")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.status(), StatusCode::CREATED);
+    assert_eq!(DB::count_orders(&store).await, 1);
+}
+on_every_backend!(a_missing_provider_is_unavailable_and_records_nothing);
 
 async fn optional_keys_and_safe_methods<DB: TestDb>(store: Store<DB>) {
     let idem = Idempotency::builder(store.clone())

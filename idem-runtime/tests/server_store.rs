@@ -10,9 +10,11 @@ mod support_server;
 
 use std::time::Duration;
 
+use sqlx::{Postgres, Sqlite};
+
 use idem_runtime::server::{
-    Backend, KeyState, NewClaim, StepRecord, StepStatus, Store, StoreError, StoredRequest,
-    StoredResponse,
+    Backend, BoxFuture, KeyState, NewClaim, Rescheduled, StepRecord, StepStatus, Store, StoreError,
+    StoredRequest, StoredResponse,
 };
 
 /// Long enough that no claim in these tests gives up waiting.
@@ -26,6 +28,14 @@ fn claim<'a>(scope: &'a str, key: &'a str, fp: &'a str, now: i64) -> NewClaim<'a
         operation: None,
         request: None,
         now,
+    }
+}
+
+/// A claim of the phased operation `checkout`, which the completer resumes.
+fn phased_claim<'a>(scope: &'a str, key: &'a str, now: i64) -> NewClaim<'a> {
+    NewClaim {
+        operation: Some("checkout"),
+        ..claim(scope, key, "fp", now)
     }
 }
 
@@ -123,11 +133,15 @@ async fn take_over_needs_a_stale_lock<DB: Backend>(store: Store<DB>) {
             .unwrap(),
         None
     );
-    let taken = DB::take_over(&mut tx, "a", "k", 1_001, 2_000)
+    let (taken, runs) = DB::take_over(&mut tx, "a", "k", 1_001, 2_000)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(taken, generation + 1);
+    assert_eq!(
+        (taken, runs),
+        (generation + 1, 2),
+        "a takeover counts a run"
+    );
     // The old holder is fenced off; the new one advances and refreshes the lock.
     assert!(
         !DB::advance(&mut tx, "a", "k", generation, "x", 2_100)
@@ -146,11 +160,125 @@ async fn take_over_needs_a_stale_lock<DB: Backend>(store: Store<DB>) {
     assert!(DB::release(&mut tx, "a", "k", taken).await.unwrap());
     assert_eq!(
         DB::take_over(&mut tx, "a", "k", 0, 2_200).await.unwrap(),
-        Some(taken + 1)
+        Some((taken + 1, 3))
     );
     tx.commit().await.unwrap();
 }
 on_every_backend!(take_over_needs_a_stale_lock);
+
+async fn a_failed_run_is_due_later_and_the_bound_ends_it<DB: Backend>(store: Store<DB>) {
+    let mut tx = store.pool().begin().await.unwrap();
+    let g = DB::claim(&mut tx, &phased_claim("a", "p", 1_000), WAIT)
+        .await
+        .unwrap()
+        .unwrap();
+    // The first run fails: due again at 1500, with 3 runs allowed in all.
+    assert_eq!(
+        DB::reschedule(&mut tx, "a", "p", g, 1_500, 3, 100_000)
+            .await
+            .unwrap(),
+        Some(Rescheduled::At(1_500))
+    );
+    let record = DB::load(&mut tx, "a", "p").await.unwrap().unwrap();
+    assert_eq!((record.attempts, record.next_attempt_at), (1, Some(1_500)));
+    assert_eq!(record.locked_at, None);
+    // Not due: neither the completer's scan nor a takeover finds it.
+    assert!(
+        DB::abandoned(&mut tx, 1_400, 1_400, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        DB::take_over(&mut tx, "a", "p", 1_400, 1_400)
+            .await
+            .unwrap(),
+        None
+    );
+    // Due: one takeover wins, a second one for the same due time does not.
+    assert_eq!(
+        DB::abandoned(&mut tx, 1_500, 1_500, 10).await.unwrap(),
+        vec![("a".to_owned(), "p".to_owned())]
+    );
+    let (g2, runs) = DB::take_over(&mut tx, "a", "p", 1_500, 1_500)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(runs, 2);
+    assert_eq!(
+        DB::take_over(&mut tx, "a", "p", 1_500, 1_500)
+            .await
+            .unwrap(),
+        None
+    );
+    // The old holder's reschedule is fenced off.
+    assert_eq!(
+        DB::reschedule(&mut tx, "a", "p", g, 2_000, 3, 100_000)
+            .await
+            .unwrap(),
+        None
+    );
+    DB::reschedule(&mut tx, "a", "p", g2, 2_000, 3, 100_000)
+        .await
+        .unwrap();
+    let (g3, runs) = DB::take_over(&mut tx, "a", "p", 2_000, 2_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(runs, 3);
+    // The third and last run fails: terminal, whatever the due time says.
+    assert_eq!(
+        DB::reschedule(&mut tx, "a", "p", g3, 2_500, 3, 100_000)
+            .await
+            .unwrap(),
+        Some(Rescheduled::Exhausted { attempts: 3 })
+    );
+    let record = DB::load(&mut tx, "a", "p").await.unwrap().unwrap();
+    assert_eq!(record.state, KeyState::Exhausted);
+    assert!(
+        DB::abandoned(&mut tx, 9_000, 9_000, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        DB::take_over(&mut tx, "a", "p", 9_000, 9_000)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(DB::count_exhausted(&mut tx).await.unwrap(), 1);
+    let listed = DB::exhausted(&mut tx, 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].key.as_str(), listed[0].attempts), ("p", 3));
+
+    // The age bound: a next run past `give_up_after` from the claim ends it too.
+    let g = DB::claim(&mut tx, &phased_claim("a", "old", 1_000), WAIT)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        DB::reschedule(&mut tx, "a", "old", g, 5_001, 10, 4_000)
+            .await
+            .unwrap(),
+        Some(Rescheduled::Exhausted { attempts: 1 })
+    );
+    // And a takeover that finds a record past its bound ends it without a run.
+    let g = DB::claim(&mut tx, &phased_claim("a", "crashed", 1_000), WAIT)
+        .await
+        .unwrap()
+        .unwrap();
+    let (g, _) = DB::take_over(&mut tx, "a", "crashed", 1_001, 2_000)
+        .await
+        .unwrap()
+        .unwrap_or((g, 0));
+    assert!(DB::exhaust(&mut tx, "a", "crashed", g).await.unwrap());
+    let record = DB::load(&mut tx, "a", "crashed").await.unwrap().unwrap();
+    assert_eq!((record.state, record.attempts), (KeyState::Exhausted, 1));
+    assert_eq!(DB::count_exhausted(&mut tx).await.unwrap(), 3);
+    tx.commit().await.unwrap();
+}
+on_every_backend!(a_failed_run_is_due_later_and_the_bound_ends_it);
 
 async fn expired_records_are_reclaimed_once<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
@@ -257,10 +385,15 @@ async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
             .unwrap()
     );
     assert_eq!(
-        DB::abandoned(&mut tx, 2_000, 10).await.unwrap(),
+        DB::abandoned(&mut tx, 2_000, 2_000, 10).await.unwrap(),
         vec![("a".to_owned(), "p".to_owned())]
     );
-    assert!(DB::abandoned(&mut tx, 1_000, 10).await.unwrap().is_empty());
+    assert!(
+        DB::abandoned(&mut tx, 1_000, 2_000, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let _ = g;
     // Reap everything claimed before 1500: three records, two never finished.
     let mut reaped = DB::reap(&mut tx, 1_500).await.unwrap();
@@ -344,3 +477,69 @@ async fn postgres_claim_wait_is_bounded_and_scoped_to_the_claim() {
     assert_eq!(lost, None);
     assert_eq!(setting(&mut after).await, "0");
 }
+
+/// Puts a store back at schema version 1, with one phased record in flight,
+/// as a deployment of the previous release left it.
+trait AtVersion1: Backend {
+    fn downgrade(store: &Store<Self>) -> BoxFuture<'_, ()>;
+}
+
+const V1_RECORD: &str = "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, operation, \
+     recovery_point, lock_generation, locked_at, created_at) \
+     VALUES ('a', 'old', 'fp', 'in_flight', 'checkout', 'charge:intent', 3, NULL, 1000)";
+
+macro_rules! at_version_1 {
+    ($db:ty, $schema:literal) => {
+        impl AtVersion1 for $db {
+            fn downgrade(store: &Store<Self>) -> BoxFuture<'_, ()> {
+                Box::pin(async move {
+                    let pool = store.pool();
+                    for sql in [
+                        "DROP TABLE idem_keys",
+                        "DROP TABLE idem_steps",
+                        "DELETE FROM idem_schema_migrations WHERE version > 1",
+                    ] {
+                        sqlx::query(sql).execute(pool).await.unwrap();
+                    }
+                    sqlx::raw_sql(include_str!($schema))
+                        .execute(pool)
+                        .await
+                        .unwrap();
+                    sqlx::query(V1_RECORD).execute(pool).await.unwrap();
+                })
+            }
+        }
+    };
+}
+
+at_version_1!(Sqlite, "../migrations/sqlite/0001_idempotency_keys.sql");
+at_version_1!(Postgres, "../migrations/postgres/0001_idempotency_keys.sql");
+
+async fn a_version_1_store_upgrades_in_place<DB: AtVersion1>(store: Store<DB>) {
+    DB::downgrade(&store).await;
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+    let mut tx = store.pool().begin().await.unwrap();
+    let record = DB::load(&mut tx, "a", "old").await.unwrap().unwrap();
+    assert_eq!(record.state, KeyState::InFlight);
+    assert_eq!(record.recovery_point, "charge:intent");
+    assert_eq!((record.attempts, record.next_attempt_at), (1, None));
+    // The upgraded record is due, and its schedule works like a new one's.
+    assert_eq!(
+        DB::abandoned(&mut tx, 2_000, 2_000, 10).await.unwrap(),
+        vec![("a".to_owned(), "old".to_owned())]
+    );
+    let (g, runs) = DB::take_over(&mut tx, "a", "old", 2_000, 2_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((g, runs), (4, 2));
+    assert_eq!(
+        DB::reschedule(&mut tx, "a", "old", g, 3_000, 2, 100_000)
+            .await
+            .unwrap(),
+        Some(Rescheduled::Exhausted { attempts: 2 })
+    );
+    tx.commit().await.unwrap();
+}
+on_every_backend!(a_version_1_store_upgrades_in_place);

@@ -42,22 +42,41 @@ pub struct Row {
     pub seconds: f64,
 }
 
-/// The server process, restartable.
-struct Server {
+/// The server process (`payments-demo serve`), restartable.
+pub(crate) struct Server {
     exe: PathBuf,
     database_url: String,
     listen: SocketAddr,
+    /// More arguments for `serve` (`--bank-url …`).
+    extra: Vec<String>,
     child: Option<tokio::process::Child>,
 }
 
 impl Server {
-    async fn start(&mut self) -> anyhow::Result<()> {
+    /// A server on a free loopback port, not started yet.
+    pub(crate) fn new(database_url: &str, extra: Vec<String>) -> anyhow::Result<Server> {
+        Ok(Server {
+            exe: std::env::current_exe()?,
+            database_url: database_url.to_owned(),
+            listen: free_port()?,
+            extra,
+            child: None,
+        })
+    }
+
+    /// Where it listens.
+    pub(crate) fn listen(&self) -> SocketAddr {
+        self.listen
+    }
+
+    pub(crate) async fn start(&mut self) -> anyhow::Result<()> {
         let child = tokio::process::Command::new(&self.exe)
             .arg("serve")
             .arg("--database-url")
             .arg(&self.database_url)
             .arg("--listen")
             .arg(self.listen.to_string())
+            .args(&self.extra)
             .kill_on_drop(true)
             .spawn()
             .context("cannot start the server process")?;
@@ -74,7 +93,7 @@ impl Server {
     }
 
     /// SIGKILL: no shutdown hook runs, whatever was in flight is cut.
-    async fn kill(&mut self) -> anyhow::Result<()> {
+    pub(crate) async fn kill(&mut self) -> anyhow::Result<()> {
         if let Some(mut child) = self.child.take() {
             child.start_kill()?;
             child.wait().await?;
@@ -167,15 +186,9 @@ pub async fn run(settings: &Settings) -> anyhow::Result<Vec<Row>> {
             dir.path().join("payments.db").display()
         )
     });
-    let listen = free_port()?;
-    let mut server = Server {
-        exe: std::env::current_exe()?,
-        database_url: database_url.clone(),
-        listen,
-        child: None,
-    };
+    let mut server = Server::new(&database_url, Vec::new())?;
     server.start().await?;
-    let entry = proxy(listen, settings.loss).await?;
+    let entry = proxy(server.listen(), settings.loss).await?;
     let base = format!("http://{entry}");
     let run_id = uuid_like();
     let server = Arc::new(Mutex::new(server));
@@ -353,35 +366,44 @@ async fn plain_row(
 }
 
 /// Counts the effects in the database itself.
+/// The rows `sql` selects for one bound text (`$1`), on either store.
+pub(crate) async fn fetch_for<T>(
+    database_url: &str,
+    sql: &str,
+    bind: &str,
+) -> anyhow::Result<Vec<T>>
+where
+    T: Send + Unpin,
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    T: for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
+{
+    if database_url.starts_with("postgres") {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(database_url)
+            .await?;
+        Ok(sqlx::query_as(sql).bind(bind).fetch_all(&pool).await?)
+    } else {
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect(database_url)
+            .await?;
+        Ok(sqlx::query_as(sql).bind(bind).fetch_all(&pool).await?)
+    }
+}
+
 async fn count(
     database_url: &str,
     account: &str,
     mut row: Row,
     orders: usize,
 ) -> anyhow::Result<Row> {
-    let per_order: Vec<(String, i64)> = if database_url.starts_with("postgres") {
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .connect(database_url)
-            .await?;
-        sqlx::query_as(
-            "SELECT order_id, COUNT(*) FROM charges WHERE account = $1 GROUP BY order_id",
-        )
-        .bind(account)
-        .fetch_all(&pool)
-        .await?
-    } else {
-        let pool = sqlx::sqlite::SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect(database_url)
-            .await?;
-        sqlx::query_as(
-            "SELECT order_id, COUNT(*) FROM charges WHERE account = $1 GROUP BY order_id",
-        )
-        .bind(account)
-        .fetch_all(&pool)
-        .await?
-    };
+    let per_order: Vec<(String, i64)> = fetch_for(
+        database_url,
+        "SELECT order_id, COUNT(*) FROM charges WHERE account = $1 GROUP BY order_id",
+        account,
+    )
+    .await?;
     let charged = per_order.len();
     row.charges = per_order
         .iter()

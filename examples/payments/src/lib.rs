@@ -5,9 +5,13 @@
 //! the integrator docs page it writes out. `cargo run -p payments-demo`
 //! charges 2,000 orders through a network that loses 15% of the replies,
 //! SIGKILLs the server once mid-run, and prints what reached the database
-//! ([`demo`]).
+//! ([`demo`]). `payments-demo outage` holds payouts while the bank is down
+//! and shows the server's own retries keeping to their schedule
+//! ([`outage`]).
 
+pub mod bank;
 pub mod demo;
+pub mod outage;
 pub mod server;
 
 /// The server, client and types generated from `fixtures/payments.yaml`.

@@ -35,6 +35,25 @@ struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Payouts while the bank is down, then healthy: the server's own
+    /// retries, call by call.
+    Outage {
+        /// Payouts sent (once each) while the bank is down.
+        #[arg(long, default_value_t = 100)]
+        payouts: usize,
+        /// Seconds the bank answers 503.
+        #[arg(long, default_value_t = 300)]
+        down_secs: u64,
+        /// The store (default: a fresh embedded SQLite file).
+        #[arg(long)]
+        database_url: Option<String>,
+        /// Replace the spec's resume schedule: backoff base in ms.
+        #[arg(long, requires = "resume_attempts")]
+        resume_base_ms: Option<u64>,
+        /// Replace the spec's resume schedule: runs per payout.
+        #[arg(long, requires = "resume_base_ms")]
+        resume_attempts: Option<u32>,
+    },
     /// Serve the generated payments API (what the demo starts and kills).
     Serve {
         #[arg(long)]
@@ -44,6 +63,12 @@ enum Command {
         /// The bank payouts go through.
         #[arg(long)]
         bank_url: Option<String>,
+        /// Replace the spec's resume schedule: backoff base in ms.
+        #[arg(long, requires = "resume_attempts")]
+        resume_base_ms: Option<u64>,
+        /// Replace the spec's resume schedule: runs per payout.
+        #[arg(long, requires = "resume_base_ms")]
+        resume_attempts: Option<u32>,
     },
 }
 
@@ -62,9 +87,45 @@ async fn main() -> ExitCode {
             database_url,
             listen,
             bank_url,
-        }) => server::serve(&database_url, listen, bank_url)
-            .await
-            .map(|()| true),
+            resume_base_ms,
+            resume_attempts,
+        }) => {
+            let resume = resume_base_ms.zip(resume_attempts).map(|(base, attempts)| {
+                let base = std::time::Duration::from_millis(base);
+                idem_runtime::server::ResumePolicy {
+                    max_attempts: attempts,
+                    base,
+                    cap: base * 64,
+                    ..idem_runtime::server::ResumePolicy::default()
+                }
+            });
+            server::serve(&database_url, listen, bank_url, resume)
+                .await
+                .map(|()| true)
+        }
+        Some(Command::Outage {
+            payouts,
+            down_secs,
+            database_url,
+            resume_base_ms,
+            resume_attempts,
+        }) => {
+            let settings = payments_demo::outage::Settings {
+                payouts,
+                down: std::time::Duration::from_secs(down_secs),
+                database_url,
+                resume: resume_base_ms
+                    .zip(resume_attempts)
+                    .map(|(base, runs)| (std::time::Duration::from_millis(base), runs)),
+            };
+            match payments_demo::outage::run(&settings).await {
+                Ok(outcome) => {
+                    print!("{}", payments_demo::outage::report(&settings, &outcome));
+                    Ok(outcome.holds(payouts))
+                }
+                Err(e) => Err(e),
+            }
+        }
         None => scenario(&args).await,
     };
     match result {

@@ -5,8 +5,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use idem_runtime::http::StatusCode;
 use idem_runtime::server::api::Context;
-use idem_runtime::server::{Backend, HeaderScope, IdemTx, Idempotency, StepError, Store};
+use idem_runtime::server::{
+    Backend, HeaderScope, IdemTx, Idempotency, PhaseError, ResumePolicy, StepError, Store,
+};
 use idem_runtime::sqlx::{self, Pool, Postgres, Sqlite};
 
 use crate::api::{
@@ -81,12 +84,17 @@ fn charge((id, order_id, amount, currency, description): Row) -> Charge {
 }
 
 /// One foreign call to the bank with the step's derived key.
+///
+/// The bank's `4xx` is its answer: the payout is refused, which ends the
+/// operation with the documented `402`, stored and replayed. A `5xx`, a
+/// `429`, a timeout or a lost reply says nothing about the payout, so the
+/// phase runs again later with the same key.
 async fn bank_call(
     http: &idem_runtime::reqwest::Client,
     url: String,
     key: &str,
     body: idem_runtime::serde_json::Value,
-) -> Result<String, StepError> {
+) -> Result<String, PhaseError<CreatePayoutReply>> {
     let response = http
         .post(url)
         .header("Idempotency-Key", key)
@@ -94,17 +102,24 @@ async fn bank_call(
         .timeout(Duration::from_secs(5))
         .send()
         .await
-        .map_err(|e| StepError::Transient(format!("bank unreachable: {e}")))?;
-    if !response.status().is_success() {
-        return Err(StepError::Transient(format!(
-            "bank answered {}",
-            response.status()
+        .map_err(|e| PhaseError::Transient(format!("bank unreachable: {e}")))?;
+    let status = response.status();
+    if status.is_client_error() && status != StatusCode::TOO_MANY_REQUESTS {
+        let reason = response.text().await.unwrap_or_default();
+        return Err(PhaseError::Final(CreatePayoutReply::PaymentRequired(
+            problem(
+                "bank_refused",
+                format!("the bank refused the payout ({status}): {reason}"),
+            ),
         )));
+    }
+    if !status.is_success() {
+        return Err(PhaseError::Transient(format!("bank answered {status}")));
     }
     response
         .text()
         .await
-        .map_err(|e| StepError::Transient(format!("bank reply lost: {e}")))
+        .map_err(|e| PhaseError::Transient(format!("bank reply lost: {e}")))
 }
 
 macro_rules! payments_api {
@@ -223,11 +238,13 @@ macro_rules! payments_api {
                 steps: CreatePayoutSteps<'a, $db>,
                 input: CreatePayoutInput,
             ) -> Result<CreatePayoutDone, StepError> {
+                // A server without a bank cannot pay out, but that is not the
+                // caller's outcome: nothing is recorded, and the same key
+                // works once the bank is configured.
                 let Some(bank) = self.bank.clone() else {
-                    return Ok(steps.stop(CreatePayoutReply::PaymentRequired(problem(
-                        "no_bank",
-                        "this server has no bank configured (--bank-url)",
-                    ))));
+                    return Err(StepError::Unavailable(
+                        "this server has no bank configured (--bank-url)".to_owned(),
+                    ));
                 };
                 let body = input.body;
                 let transfer = idem_runtime::serde_json::json!({
@@ -285,11 +302,13 @@ pub const POSTGRES_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
 )";
 
 /// Opens the store and serves the generated router on `listen` until
-/// killed.
+/// killed. `resume` replaces the spec's resume schedule (for tests and
+/// scenarios that cannot wait minutes).
 pub async fn serve(
     database_url: &str,
     listen: SocketAddr,
     bank: Option<String>,
+    resume: Option<ResumePolicy>,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -297,11 +316,11 @@ pub async fn serve(
     if database_url.starts_with("postgres") {
         let store = Store::connect_postgres(database_url, 16).await?;
         sqlx::query(POSTGRES_SCHEMA).execute(store.pool()).await?;
-        run(store, listener, bank).await
+        run(store, listener, bank, resume).await
     } else {
         let store = Store::open_sqlite(database_url).await?;
         sqlx::query(SQLITE_SCHEMA).execute(store.pool()).await?;
-        run(store, listener, bank).await
+        run(store, listener, bank, resume).await
     }
 }
 
@@ -309,6 +328,7 @@ async fn run<DB: Backend>(
     store: Store<DB>,
     listener: tokio::net::TcpListener,
     bank: Option<String>,
+    resume: Option<ResumePolicy>,
 ) -> anyhow::Result<()>
 where
     Payments<DB>: Api<DB>,
@@ -316,9 +336,11 @@ where
     store.migrate().await?;
     let api = Payments::new(store.pool().clone(), bank);
     // Keys are scoped to the calling account; there is no global scope.
-    let idem = Idempotency::builder(store)
-        .scope(HeaderScope::new("x-account-id"))
-        .build()?;
+    let mut idem = Idempotency::builder(store).scope(HeaderScope::new("x-account-id"));
+    if let Some(schedule) = resume {
+        idem = idem.resume_override(schedule);
+    }
+    let idem = idem.build()?;
     let app = crate::api::router(api, &idem)?;
     // The completer finishes payouts a crash left half-done; the reaper
     // drops records past their horizon.

@@ -15,16 +15,23 @@ use std::time::{Duration, Instant};
 
 use idem_runtime::reqwest;
 use idem_runtime::serde_json::{Value, json};
+use payments_demo::bank::{Answer, Bank};
 
 struct Server {
     child: Option<std::process::Child>,
     listen: SocketAddr,
     database_url: String,
-    bank: Option<String>,
+    /// More arguments for `serve`.
+    extra: Vec<String>,
 }
 
 impl Server {
     fn start(database_url: &str, bank: Option<String>) -> Server {
+        let extra = bank.map(|b| vec!["--bank-url".to_owned(), b]);
+        Server::start_with(database_url, extra.unwrap_or_default())
+    }
+
+    fn start_with(database_url: &str, extra: Vec<String>) -> Server {
         let listen = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -33,7 +40,7 @@ impl Server {
             child: None,
             listen,
             database_url: database_url.to_owned(),
-            bank,
+            extra,
         };
         server.spawn();
         server
@@ -43,10 +50,8 @@ impl Server {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_payments-demo"));
         command
             .args(["serve", "--database-url", &self.database_url, "--listen"])
-            .arg(self.listen.to_string());
-        if let Some(bank) = &self.bank {
-            command.args(["--bank-url", bank]);
-        }
+            .arg(self.listen.to_string())
+            .args(&self.extra);
         self.child = Some(command.spawn().expect("start the server"));
         let started = Instant::now();
         while std::net::TcpStream::connect(self.listen).is_err() {
@@ -77,17 +82,39 @@ impl Drop for Server {
     }
 }
 
-/// The stores to run on: a fresh SQLite file, and PostgreSQL when configured.
-fn stores(dir: &tempfile::TempDir) -> Vec<String> {
+/// The stores to run on: a fresh SQLite file, and, when configured, a
+/// fresh PostgreSQL database. Each test gets its own: a server's completer
+/// resumes every due payout in its store, and must not find another test's.
+async fn stores(dir: &tempfile::TempDir) -> Vec<String> {
     let mut urls = vec![format!(
         "sqlite://{}?mode=rwc",
         dir.path().join("payments.db").display()
     )];
-    match std::env::var("IDEM_TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => urls.push(url),
-        _ => eprintln!("skipped on PostgreSQL: IDEM_TEST_DATABASE_URL is not set"),
+    match fresh_postgres().await {
+        Some(url) => urls.push(url),
+        None => eprintln!("skipped on PostgreSQL: IDEM_TEST_DATABASE_URL is not set"),
     }
     urls
+}
+
+/// A new, empty database on the configured PostgreSQL server.
+async fn fresh_postgres() -> Option<String> {
+    let url = std::env::var("IDEM_TEST_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())?;
+    let admin = idem_runtime::sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let name = format!("payments_{}", uuid_ish());
+    idem_runtime::sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let (server, _) = url.rsplit_once('/').unwrap();
+    Some(format!("{server}/{name}"))
 }
 
 fn unique(prefix: &str) -> String {
@@ -134,7 +161,7 @@ async fn charges(http: &reqwest::Client, server: &Server, account: &str) -> Vec<
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hundred_concurrent_same_key_requests_make_one_charge() {
     let dir = tempfile::tempdir().unwrap();
-    for url in stores(&dir) {
+    for url in stores(&dir).await {
         let server = Server::start(&url, None);
         let http = reqwest::Client::new();
         let (account, key) = (unique("acct"), unique("key"));
@@ -190,7 +217,7 @@ async fn hundred_concurrent_same_key_requests_make_one_charge() {
 #[tokio::test]
 async fn a_reused_key_with_another_body_is_refused_without_effect() {
     let dir = tempfile::tempdir().unwrap();
-    for url in stores(&dir) {
+    for url in stores(&dir).await {
         let server = Server::start(&url, None);
         let http = reqwest::Client::new();
         let (account, key) = (unique("acct"), unique("key"));
@@ -215,7 +242,7 @@ async fn a_reused_key_with_another_body_is_refused_without_effect() {
 #[tokio::test]
 async fn two_callers_with_one_key_value_never_see_each_other() {
     let dir = tempfile::tempdir().unwrap();
-    for url in stores(&dir) {
+    for url in stores(&dir).await {
         let server = Server::start(&url, None);
         let http = reqwest::Client::new();
         let key = unique("shared-key");
@@ -241,7 +268,7 @@ async fn two_callers_with_one_key_value_never_see_each_other() {
 #[tokio::test]
 async fn undecodable_inputs_are_clear_400s_that_record_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let url = stores(&dir).remove(0);
+    let url = stores(&dir).await.remove(0);
     let server = Server::start(&url, None);
     let http = reqwest::Client::new();
     let (account, key) = (unique("acct"), unique("key"));
@@ -313,69 +340,21 @@ async fn undecodable_inputs_are_clear_400s_that_record_nothing() {
     assert_eq!(r.status(), 405);
 }
 
-/// A bank on loopback that counts calls per key, and can cut the server
-/// off (SIGKILL) the first time it is notified.
-#[derive(Default)]
-struct Bank {
-    transfers: HashMap<String, usize>,
-    notifications: HashMap<String, usize>,
-}
-
-async fn bank(server: Arc<Mutex<Option<Server>>>, state: Arc<Mutex<Bank>>) -> String {
-    use idem_runtime::axum::{self, http::HeaderMap, routing::post};
-    let transfers = {
-        let state = Arc::clone(&state);
-        move |headers: HeaderMap| {
-            let state = Arc::clone(&state);
-            async move {
-                let key = headers["idempotency-key"].to_str().unwrap().to_owned();
-                *state
-                    .lock()
-                    .unwrap()
-                    .transfers
-                    .entry(key.clone())
-                    .or_default() += 1;
-                format!("ref-{}", &key[..8])
-            }
-        }
-    };
-    let notifications = move |headers: HeaderMap| {
-        let (state, server) = (Arc::clone(&state), Arc::clone(&server));
-        async move {
-            let key = headers["idempotency-key"].to_str().unwrap().to_owned();
-            let first = {
-                let mut s = state.lock().unwrap();
-                let n = s.notifications.entry(key).or_default();
-                *n += 1;
-                *n == 1
-            };
-            if first {
-                // The server dies between recording `submit_to_bank` and
-                // hearing back from `notify_vendor`.
-                if let Some(server) = server.lock().unwrap().as_mut() {
-                    server.kill();
-                }
-            }
-            "notified"
-        }
-    };
-    let app = axum::Router::new()
-        .route("/transfers", post(transfers))
-        .route("/notifications", post(notifications));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payout_killed_between_phases_resumes_without_repeating_a_finished_call() {
     let dir = tempfile::tempdir().unwrap();
-    for url in stores(&dir) {
+    for url in stores(&dir).await {
         let slot: Arc<Mutex<Option<Server>>> = Arc::new(Mutex::new(None));
-        let state = Arc::new(Mutex::new(Bank::default()));
-        let bank_url = bank(Arc::clone(&slot), Arc::clone(&state)).await;
-        let server = Server::start(&url, Some(bank_url));
+        let bank = Bank::start().await.unwrap();
+        // The server dies between recording `submit_to_bank` and hearing
+        // back from `notify_vendor`.
+        let killer = Arc::clone(&slot);
+        bank.on_first_notification(move || {
+            if let Some(server) = killer.lock().unwrap().as_mut() {
+                server.kill();
+            }
+        });
+        let server = Server::start(&url, Some(bank.url().to_owned()));
         let base = server.url("");
         *slot.lock().unwrap() = Some(server);
         let http = reqwest::Client::new();
@@ -414,18 +393,323 @@ async fn a_payout_killed_between_phases_resumes_without_repeating_a_finished_cal
         }
         let answer = answer.unwrap_or_else(|| panic!("{url}: the payout never completed"));
         assert_eq!(answer["notified"], true);
-        let bank = state.lock().unwrap();
-        assert_eq!(bank.transfers.len(), 1, "{url}: one transfer key");
         assert_eq!(
-            bank.transfers.values().sum::<usize>(),
+            bank.calls_to("transfers").len(),
             1,
             "{url}: the finished transfer was not repeated"
         );
         // The interrupted notification ran again with the same derived key.
-        assert_eq!(bank.notifications.len(), 1, "{url}");
-        assert_eq!(bank.notifications.values().sum::<usize>(), 2, "{url}");
+        let notifications = bank.calls_to("notifications");
+        assert_eq!(notifications.len(), 2, "{url}");
+        assert_eq!(notifications[0].key, notifications[1].key, "{url}");
         drop(restarted);
     }
+}
+
+async fn payout(
+    http: &reqwest::Client,
+    server: &Server,
+    account: &str,
+    key: &str,
+) -> reqwest::Response {
+    http.post(server.url("/v1/payouts"))
+        .header("x-account-id", account)
+        .header("idempotency-key", key)
+        .json(&json!({"vendor_id": "v-1", "amount": 5000}))
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn code_of(response: reqwest::Response) -> (u16, String) {
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap();
+    (status, body["code"].as_str().unwrap_or_default().to_owned())
+}
+
+/// A resume schedule short enough for a test: `base` ms, `runs` runs.
+fn fast_schedule(bank: &Bank, base: u64, runs: u32) -> Vec<String> {
+    [
+        "--bank-url",
+        bank.url(),
+        "--resume-base-ms",
+        &base.to_string(),
+        "--resume-attempts",
+        &runs.to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// Polls `done` every 100 ms; a liveness guard, not a timing assertion.
+async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    for _ in 0..600 {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what} never happened in 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_bank_is_called_once_and_its_402_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in stores(&dir).await {
+        let bank = Bank::start().await.unwrap();
+        bank.answer_transfers(Answer::Refuse);
+        let server = Server::start(&url, Some(bank.url().to_owned()));
+        let http = reqwest::Client::new();
+        let (account, key) = (unique("acct"), unique("refused"));
+        let first = payout(&http, &server, &account, &key).await;
+        assert_eq!(first.status(), 402, "{url}");
+        assert!(!first.headers().contains_key("idempotent-replayed"));
+        let body: Value = first.json().await.unwrap();
+        assert_eq!(body["code"], "bank_refused", "{url}: {body}");
+        for _ in 0..3 {
+            let retry = payout(&http, &server, &account, &key).await;
+            assert_eq!(retry.status(), 402, "{url}");
+            assert_eq!(retry.headers()["idempotent-replayed"], "true");
+            assert_eq!(retry.json::<Value>().await.unwrap(), body);
+        }
+        // Three completer passes later, still one call: the refusal is the
+        // outcome, not a failure to retry.
+        tokio::time::sleep(Duration::from_millis(1600)).await;
+        assert_eq!(bank.calls_to("transfers").len(), 1, "{url}");
+        assert!(bank.calls_to("notifications").is_empty(), "{url}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_bank_a_payout_is_unavailable_and_its_key_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in stores(&dir).await {
+        let http = reqwest::Client::new();
+        let (account, key) = (unique("acct"), unique("unconfigured"));
+        let mut server = Server::start(&url, None);
+        let refused = payout(&http, &server, &account, &key).await;
+        assert!(refused.headers().contains_key("retry-after"), "{url}");
+        let body: Value = refused.json().await.unwrap();
+        assert_eq!(body["code"], "operation_unavailable", "{url}: {body}");
+        assert_eq!(body["retryable"], true);
+        server.kill();
+        // Configured: the same key pays out, once.
+        let bank = Bank::start().await.unwrap();
+        let server = Server::start(&url, Some(bank.url().to_owned()));
+        let paid = payout(&http, &server, &account, &key).await;
+        assert_eq!(paid.status(), 201, "{url}");
+        assert_eq!(bank.calls_to("transfers").len(), 1, "{url}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bank_down_then_healthy_completes_on_the_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in stores(&dir).await {
+        let bank = Bank::start().await.unwrap();
+        bank.answer_transfers(Answer::Down);
+        let server = Server::start_with(&url, fast_schedule(&bank, 50, 12));
+        let http = reqwest::Client::new();
+        let (account, key) = (unique("acct"), unique("outage"));
+        let first = payout(&http, &server, &account, &key).await;
+        assert!(first.headers().contains_key("retry-after"), "{url}");
+        assert_eq!(code_of(first).await, (503, "operation_incomplete".into()));
+        // The caller never retries: the completer keeps trying, on the
+        // schedule, while the bank is down.
+        eventually("a second call to the bank", async || {
+            bank.calls_to("transfers").len() >= 2
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let during = bank.calls_to("transfers").len();
+        bank.answer_transfers(Answer::Accept);
+        eventually("the payout's completion", async || {
+            !bank.calls_to("notifications").is_empty()
+        })
+        .await;
+        let transfers = bank.calls_to("transfers");
+        let offsets: Vec<u128> = transfers
+            .iter()
+            .map(|c| (c.at - transfers[0].at).as_millis())
+            .collect();
+        eprintln!("{url}: bank calls at {offsets:?} ms");
+        assert!(transfers.len() <= 12, "{url}: {offsets:?}");
+        assert!(during < transfers.len(), "{url}: it recovered");
+        // Once the bank took it, nothing more was sent.
+        assert_eq!(transfers.iter().filter(|c| c.accepted).count(), 1);
+        assert!(transfers.last().unwrap().accepted, "{url}: {offsets:?}");
+        assert!(transfers.iter().all(|c| c.key == transfers[0].key));
+        let done = payout(&http, &server, &account, &key).await;
+        assert_eq!(done.status(), 201, "{url}");
+        assert_eq!(done.headers()["idempotent-replayed"], "true");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bank_that_stays_down_ends_in_exhausted_after_the_last_run() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in stores(&dir).await {
+        let bank = Bank::start().await.unwrap();
+        bank.answer_transfers(Answer::Down);
+        let server = Server::start_with(&url, fast_schedule(&bank, 20, 4));
+        let http = reqwest::Client::new();
+        let (account, key) = (unique("acct"), unique("exhausted"));
+        let first = payout(&http, &server, &account, &key).await;
+        assert_eq!(first.status(), 503, "{url}");
+        // The caller retries too; every run, its own or the completer's,
+        // counts against the same four.
+        let mut last = (0, String::new());
+        eventually("the exhausted answer", async || {
+            last = code_of(payout(&http, &server, &account, &key).await).await;
+            last.1 == "idempotency_key_exhausted"
+        })
+        .await;
+        assert_eq!(last.0, 409, "{url}");
+        assert_eq!(
+            bank.calls_to("transfers").len(),
+            4,
+            "{url}: four runs, four calls"
+        );
+        // Terminal: a healthy bank and more time change nothing.
+        bank.answer_transfers(Answer::Accept);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let again = payout(&http, &server, &account, &key).await;
+        assert_eq!(
+            code_of(again).await,
+            (409, "idempotency_key_exhausted".into())
+        );
+        assert_eq!(bank.calls_to("transfers").len(), 4, "{url}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_stuck_payouts_stay_within_the_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in stores(&dir).await {
+        let bank = Bank::start().await.unwrap();
+        bank.answer_transfers(Answer::Down);
+        let runs = 12;
+        let server = Server::start_with(&url, fast_schedule(&bank, 50, runs));
+        let http = reqwest::Client::new();
+        let account = unique("acct");
+        let keys: Vec<String> = (0..100)
+            .map(|i| format!("{}-{i}", unique("stuck")))
+            .collect();
+        let mut sent = tokio::task::JoinSet::new();
+        for key in keys.clone() {
+            let (http, account, url) = (http.clone(), account.clone(), server.url("/v1/payouts"));
+            sent.spawn(async move {
+                http.post(url)
+                    .header("x-account-id", account)
+                    .header("idempotency-key", key)
+                    .json(&json!({"vendor_id": "v-1", "amount": 5000}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+            });
+        }
+        while let Some(status) = sent.join_next().await {
+            assert_eq!(status.unwrap(), 503, "{url}");
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        bank.answer_transfers(Answer::Accept);
+        eventually("all 100 payouts", async || {
+            bank.calls_to("notifications").len() >= 100
+        })
+        .await;
+        let transfers = bank.calls_to("transfers");
+        let mut per_key: HashMap<&str, usize> = HashMap::new();
+        for call in &transfers {
+            *per_key.entry(call.key.as_str()).or_default() += 1;
+        }
+        eprintln!(
+            "{url}: 100 payouts, bank down 3 s: {} transfer calls (bound {}), at most {} for one payout",
+            transfers.len(),
+            100 * runs,
+            per_key.values().max().unwrap()
+        );
+        assert_eq!(per_key.len(), 100, "{url}");
+        assert!(
+            per_key.values().all(|&n| n <= runs as usize),
+            "{url}: {per_key:?}"
+        );
+        assert_eq!(
+            transfers.iter().filter(|c| c.accepted).count(),
+            100,
+            "{url}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_postgres_never_run_one_due_record_twice() {
+    let Some(url) = fresh_postgres().await else {
+        eprintln!("skipped: IDEM_TEST_DATABASE_URL is not set");
+        return;
+    };
+    let bank = Bank::start().await.unwrap();
+    bank.answer_transfers(Answer::Down);
+    // Each call takes 200 ms: two runs of one record at once would overlap.
+    let delay = Duration::from_millis(200);
+    bank.answer_after(delay);
+    let first = Server::start_with(&url, fast_schedule(&bank, 50, 12));
+    let second = Server::start_with(&url, fast_schedule(&bank, 50, 12));
+    let http = reqwest::Client::new();
+    let account = unique("acct-two");
+    for i in 0..20 {
+        let server = if i % 2 == 0 { &first } else { &second };
+        let key = format!("two-{i}");
+        assert_eq!(payout(&http, server, &account, &key).await.status(), 503);
+    }
+    // Both completers scan the same table for three seconds of outage.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    bank.answer_transfers(Answer::Accept);
+    eventually("all 20 payouts", async || {
+        bank.calls_to("notifications").len() >= 20
+    })
+    .await;
+    // Every bank call is a run the store counted: a due record taken by
+    // both processes would show as more calls than runs.
+    let pool = idem_runtime::sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let runs: Vec<(String, i64)> = idem_runtime::sqlx::query_as(
+        "SELECT idem_key, attempts FROM idem_keys WHERE scope = $1 ORDER BY idem_key",
+    )
+    .bind(&account)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(runs.len(), 20);
+    let transfers = bank.calls_to("transfers");
+    let runs_total: i64 = runs.iter().map(|(_, n)| n).sum();
+    eprintln!(
+        "two servers: {} transfer calls, {runs_total} runs counted",
+        transfers.len()
+    );
+    assert!(i64::try_from(transfers.len()).unwrap() <= runs_total);
+    let mut per_key: HashMap<&str, usize> = HashMap::new();
+    for call in &transfers {
+        *per_key.entry(call.key.as_str()).or_default() += 1;
+    }
+    assert_eq!(per_key.len(), 20);
+    assert!(per_key.values().all(|&n| n <= 12), "{per_key:?}");
+    // No two calls for one payout overlapped: each began after the one
+    // before it was answered.
+    for key in per_key.keys() {
+        let at: Vec<_> = transfers
+            .iter()
+            .filter(|c| c.key == *key)
+            .map(|c| c.at)
+            .collect();
+        for pair in at.windows(2) {
+            assert!(pair[1] - pair[0] >= delay, "{key}: two runs at once");
+        }
+    }
+    assert_eq!(transfers.iter().filter(|c| c.accepted).count(), 20);
 }
 
 #[test]

@@ -455,6 +455,19 @@ fn policy(op: &Operation, accepted: &mut bool) -> TokenStream {
         secs(s.lock_timeout),
     );
     calls.push(quote!(.replay_window(#window).reaper_after(#reaper).lock_timeout(#lock)));
+    if wiring(op) == Wiring::Phased && s.resume != crate::vocab::Resume::default() {
+        let r = &s.resume;
+        let attempts = proc_macro2::Literal::u32_unsuffixed(r.max_attempts);
+        let (base, cap, give_up) = (secs(r.base), secs(r.cap), secs(r.give_up_after));
+        calls.push(quote! {
+            .resume(#rt::ResumePolicy {
+                max_attempts: #attempts,
+                base: #base,
+                cap: #cap,
+                give_up_after: #give_up,
+            })
+        });
+    }
     if s.failure_replay == Some(FailureReplay::Reattempt) {
         calls.push(quote!(.failure_replay(#rt::FailureReplay::Reattempt)));
     }
@@ -865,22 +878,28 @@ fn phased(
                     Namer::reserving(&["local", "stop", "finish", "key", "reconciling"]);
                 let step_method = ident(&names.unique(&naming::snake(phase, "phase")));
                 let doc = format!(
-                    " Phase {} of {total}: `{phase}`, a foreign call. Its intent is recorded \
+                    "Phase {} of {total}: `{phase}`, a foreign call. Its intent is recorded \
                      first; `call` gets the key to hand the foreign system (the same on every \
                      attempt, takeover and completer run) and whether an earlier attempt may \
                      already have reached it. Its output is recorded as the recovery point: once \
-                     it is, this phase never runs again for this request.",
+                     it is, this phase never runs again for this request.\n\n\
+                     When the call does not succeed, `call` says which way: \
+                     `PhaseError::Final(reply)` ends the operation with that documented answer \
+                     (a refusal: stored and replayed to every retry), \
+                     `PhaseError::Transient(reason)` runs the phase again later, on the \
+                     backoff schedule, until it succeeds or the schedule runs out.",
                     index + 1
                 );
+                let doc = doc_attrs(&doc);
                 quote! {
-                    #[doc = #doc]
+                    #doc
                     pub async fn #step_method<T, F, Fut>(self, call: F) -> ::std::result::Result<(T, #next_stage<'a, DB>), #rt::StepError>
                     where
                         T: ::idem_runtime::serde::Serialize + ::idem_runtime::serde::de::DeserializeOwned,
                         F: ::std::ops::FnOnce(#rt::ForeignCall) -> Fut,
-                        Fut: ::std::future::Future<Output = ::std::result::Result<T, #rt::StepError>>,
+                        Fut: ::std::future::Future<Output = ::std::result::Result<T, #rt::PhaseError<#reply>>>,
                     {
-                        let output = self.run.foreign(#phase, call).await?;
+                        let output = self.run.phase(#phase, call, #reply::into_reply).await?;
                         ::std::result::Result::Ok((output, #next_stage { run: self.run }))
                     }
                 }

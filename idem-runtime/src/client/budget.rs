@@ -27,7 +27,8 @@ pub struct BudgetConfig {
     pub transient_cost: u32,
     /// Price of a retry after throttling (default 5).
     pub throttle_cost: u32,
-    /// Tokens returned by each successful response (default 1).
+    /// Tokens returned by a call whose first attempt succeeds (default 1).
+    /// A retry that succeeds returns what it paid instead.
     pub success_refund: u32,
 }
 
@@ -44,9 +45,11 @@ impl Default for BudgetConfig {
 
 /// A fleet-wide cap on retries, distinct from the per-call attempt limit.
 ///
-/// Each retry spends tokens, each successful response returns one. While
-/// the server is healthy the bucket stays full and nobody notices it; during
-/// an outage failures drain it within a few dozen retries, after which only
+/// Each retry spends tokens. A first attempt that succeeds returns
+/// `success_refund`, and a retry that succeeds returns what it paid (the rule
+/// of AWS's SDKs), so ordinary loss, where retries mostly succeed, costs the
+/// bucket nothing. During an outage no retry succeeds, nothing comes back,
+/// and failures drain the bucket within a few dozen retries, after which only
 /// first attempts go out and the outage adds no retry load at all. Successes
 /// refill it once the server recovers.
 ///
@@ -62,6 +65,9 @@ impl Default for BudgetConfig {
 /// assert_eq!(budget.available(), Some(486));
 /// budget.refund_success();
 /// assert_eq!(budget.available(), Some(487));
+/// // The retry it paid for succeeded: its price comes back.
+/// budget.refund(budget.price(RetryCost::Transient));
+/// assert_eq!(budget.available(), Some(500));
 /// ```
 #[derive(Debug, Clone)]
 pub struct RetryBudget {
@@ -124,16 +130,21 @@ impl RetryBudget {
             .map_or(0, |b| b.rejections.load(Ordering::Relaxed))
     }
 
+    /// What one retry of this kind costs (0 when unlimited).
+    pub fn price(&self, cost: RetryCost) -> u32 {
+        match (&self.inner, cost) {
+            (None, _) | (_, RetryCost::Free) => 0,
+            (Some(bucket), RetryCost::Transient) => bucket.config.transient_cost,
+            (Some(bucket), RetryCost::Throttle) => bucket.config.throttle_cost,
+        }
+    }
+
     /// Takes the price of one retry; `false` (and no change) when the bucket
     /// cannot pay it, in which case the retry must not be sent.
     pub fn try_spend(&self, cost: RetryCost) -> bool {
+        let price = self.price(cost);
         let Some(bucket) = &self.inner else {
             return true;
-        };
-        let price = match cost {
-            RetryCost::Transient => bucket.config.transient_cost,
-            RetryCost::Throttle => bucket.config.throttle_cost,
-            RetryCost::Free => 0,
         };
         let paid = bucket
             .tokens
@@ -147,17 +158,26 @@ impl RetryBudget {
         paid
     }
 
-    /// Returns the success refund, never beyond capacity.
+    /// Returns the success refund, for a call whose first attempt
+    /// succeeded; never beyond capacity.
     pub fn refund_success(&self) {
+        if let Some(bucket) = &self.inner {
+            self.refund(bucket.config.success_refund);
+        }
+    }
+
+    /// Returns `tokens`, never beyond capacity: what a retry that succeeded
+    /// paid ([`price`](Self::price)).
+    pub fn refund(&self, tokens: u32) {
         let Some(bucket) = &self.inner else {
             return;
         };
-        let (refund, capacity) = (bucket.config.success_refund, bucket.config.capacity);
+        let capacity = bucket.config.capacity;
         // fetch_update only fails when the closure returns None, which it never does.
         let _ = bucket
             .tokens
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                Some(t.saturating_add(refund).min(capacity))
+                Some(t.saturating_add(tokens).min(capacity))
             });
     }
 }
@@ -196,6 +216,23 @@ mod tests {
             budget.refund_success();
         }
         assert_eq!(budget.available(), Some(500));
+    }
+
+    #[test]
+    fn a_successful_retry_earns_back_exactly_its_price() {
+        let budget = RetryBudget::new(BudgetConfig {
+            capacity: 100,
+            ..BudgetConfig::default()
+        });
+        assert!(budget.try_spend(RetryCost::Transient));
+        assert!(budget.try_spend(RetryCost::Throttle));
+        assert_eq!(budget.available(), Some(81));
+        budget.refund(budget.price(RetryCost::Throttle));
+        assert_eq!(budget.available(), Some(86));
+        budget.refund(budget.price(RetryCost::Transient));
+        budget.refund(budget.price(RetryCost::Transient));
+        assert_eq!(budget.available(), Some(100));
+        assert_eq!(RetryBudget::unlimited().price(RetryCost::Transient), 0);
     }
 
     #[test]

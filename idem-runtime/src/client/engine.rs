@@ -518,6 +518,8 @@ impl RetryClient {
         attempt.minted = minted;
         let mut server_errors_retried = 0u32;
         let mut previous_wait = Duration::ZERO;
+        // What the retry in flight paid the budget: returned if it succeeds.
+        let mut paid = 0u32;
         loop {
             attempt.number += 1;
             let started = clock.now();
@@ -616,7 +618,11 @@ impl RetryClient {
             };
             let got = match (verdict, got) {
                 (Verdict::Accept, Got::Response(response)) => {
-                    shared.budget.refund_success();
+                    if attempt.number == 1 {
+                        shared.budget.refund_success();
+                    } else {
+                        shared.budget.refund(paid);
+                    }
                     shared.counters.succeeded.fetch_add(1, Ordering::Relaxed);
                     if response.headers().contains_key("idempotent-replayed") {
                         tracing::debug!(
@@ -726,6 +732,7 @@ impl RetryClient {
                     .fetch_add(1, Ordering::Relaxed);
                 return give_up(GiveUp::BudgetExhausted, last);
             }
+            paid = shared.budget.price(cost);
             if matches!(observation, Observation::Status { status, .. } if status == StatusCode::INTERNAL_SERVER_ERROR)
             {
                 server_errors_retried += 1;

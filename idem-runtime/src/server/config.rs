@@ -76,6 +76,68 @@ impl MismatchStatus {
     }
 }
 
+/// How a phased request whose foreign call failed transiently is resumed
+/// (`x-idempotency.resume`): when the next run may start, and when to stop.
+///
+/// After a failed run the record is due again after a full-jitter wait,
+/// `random(0, min(cap, base · 2^(runs − 1)))`; neither a retry nor the
+/// completer resumes it sooner. A record that has had `max_attempts` runs
+/// (the first included), or whose next run would start more than
+/// `give_up_after` after its claim, goes to the terminal state `exhausted`:
+/// it is logged at `error`, counted by `Idempotency::count_exhausted`, and a
+/// retry gets `409 idempotency_key_exhausted`.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_runtime::server::ResumePolicy;
+/// let resume = ResumePolicy::default();
+/// assert_eq!(resume.max_attempts, 12);
+/// assert_eq!(resume.base, Duration::from_secs(1));
+/// assert_eq!(resume.cap, Duration::from_secs(15 * 60));
+/// assert_eq!(resume.give_up_after, Duration::from_secs(24 * 3600));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumePolicy {
+    /// Runs a request may have, the first included (default 12).
+    pub max_attempts: u32,
+    /// Scale of the backoff (default 1s).
+    pub base: Duration,
+    /// Longest wait between two runs (default 15m).
+    pub cap: Duration,
+    /// Age, from the claim, past which no run starts (default 24h).
+    pub give_up_after: Duration,
+}
+
+impl Default for ResumePolicy {
+    fn default() -> Self {
+        ResumePolicy {
+            max_attempts: 12,
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(15 * 60),
+            give_up_after: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+impl ResumePolicy {
+    /// The longest wait after the `runs`-th failed run: `min(cap, base ·
+    /// 2^(runs − 1))`. The wait drawn is uniform below it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let resume = idem_runtime::server::ResumePolicy::default();
+    /// assert_eq!(resume.ceiling(1), Duration::from_secs(1));
+    /// assert_eq!(resume.ceiling(4), Duration::from_secs(8));
+    /// assert_eq!(resume.ceiling(40), Duration::from_secs(15 * 60));
+    /// ```
+    pub fn ceiling(&self, runs: u32) -> Duration {
+        let doublings = runs.saturating_sub(1).min(31);
+        self.base
+            .checked_mul(1u32 << doublings)
+            .map_or(self.cap, |d| d.min(self.cap))
+    }
+}
+
 /// The protocol's settings. Defaults follow DESIGN's `x-idempotency` defaults.
 ///
 /// ```
@@ -114,6 +176,7 @@ pub struct Policy {
     pub(crate) replay_headers: Vec<String>,
     pub(crate) retry_after: Duration,
     pub(crate) status_prefix: String,
+    pub(crate) resume: ResumePolicy,
 }
 
 /// The default longest caller scope, in bytes.
@@ -163,6 +226,7 @@ impl Default for Policy {
             .collect(),
             retry_after: Duration::from_secs(2),
             status_prefix: DEFAULT_STATUS_PREFIX.to_owned(),
+            resume: ResumePolicy::default(),
         }
     }
 }
@@ -388,6 +452,25 @@ impl Policy {
         self
     }
 
+    /// How a phased request is resumed after a transient failure, and when
+    /// it is given up (`x-idempotency.resume`; see [`ResumePolicy`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idem_runtime::server::{Policy, ResumePolicy};
+    /// let p = Policy::new().resume(ResumePolicy { max_attempts: 5, ..ResumePolicy::default() });
+    /// assert_eq!(p.resume_policy().max_attempts, 5);
+    /// ```
+    pub fn resume(mut self, resume: ResumePolicy) -> Self {
+        self.resume = resume;
+        self
+    }
+
+    /// The resume schedule.
+    pub fn resume_policy(&self) -> &ResumePolicy {
+        &self.resume
+    }
+
     /// The configured replay window.
     pub fn replay_window_duration(&self) -> Duration {
         self.replay_window
@@ -418,6 +501,9 @@ impl Policy {
         }
         if self.key_max_length == 0 {
             return Err(ConfigError::ZeroKeyLength);
+        }
+        if self.resume.max_attempts == 0 {
+            return Err(ConfigError::ZeroResumeAttempts);
         }
         if self.scope_max_length == 0 {
             return Err(ConfigError::ZeroScopeLength);

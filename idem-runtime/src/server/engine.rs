@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Limited};
 use sqlx::Transaction;
 
 use super::clock::{ms, now_ms};
-use super::config::{FailureReplay, InFlight, KeyIn, KeyRequirement, Policy};
+use super::config::{FailureReplay, InFlight, KeyIn, KeyRequirement, Policy, ResumePolicy};
 use super::error::{ConfigError, IdempotencyError, StoreError};
 use super::key::{BodyKey, fingerprint, read_body_key, read_form_key, read_key, validate};
 use super::phased::Operation;
@@ -77,6 +77,8 @@ pub(crate) struct Shared<DB: Backend> {
     operations: RwLock<HashMap<String, Registered<DB>>>,
     /// `(lock_timeout, reaper_after)` of every policy in use.
     horizons: RwLock<Vec<(Duration, Duration)>>,
+    /// The deployment's resume schedule, in place of every policy's own.
+    resume: Option<ResumePolicy>,
 }
 
 /// Builds an [`Idempotency`]; a scope source is mandatory.
@@ -84,6 +86,7 @@ pub struct IdempotencyBuilder<DB: Backend> {
     store: Store<DB>,
     policy: Policy,
     scope: Option<Arc<dyn ScopeExtractor>>,
+    resume: Option<ResumePolicy>,
 }
 
 impl<DB: Backend> std::fmt::Debug for IdempotencyBuilder<DB> {
@@ -119,9 +122,34 @@ impl<DB: Backend> IdempotencyBuilder<DB> {
         self
     }
 
+    /// Resumes phased requests on `schedule` in every policy derived from
+    /// this one ([`Idempotency::with_policy`]), in place of what each policy
+    /// (and so the spec's `x-idempotency.resume`) says. For a deployment
+    /// that must differ from the published contract, such as a staging
+    /// system or a test that cannot wait out minutes of backoff.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use idem_runtime::server::{HeaderScope, Idempotency, ResumePolicy, Store};
+    /// let store = Store::open_sqlite("sqlite::memory:").await?;
+    /// let idem = Idempotency::builder(store)
+    ///     .scope(HeaderScope::new("x-account-id"))
+    ///     .resume_override(ResumePolicy { base: Duration::from_millis(50), ..ResumePolicy::default() })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn resume_override(mut self, schedule: ResumePolicy) -> Self {
+        self.resume = Some(schedule);
+        self
+    }
+
     /// Checks the configuration.
-    pub fn build(self) -> Result<Idempotency<DB>, ConfigError> {
+    pub fn build(mut self) -> Result<Idempotency<DB>, ConfigError> {
         let scope = self.scope.ok_or(ConfigError::MissingScope)?;
+        if let Some(schedule) = self.resume {
+            self.policy = self.policy.resume(schedule);
+        }
         let validated = self.policy.validate()?;
         Ok(Idempotency {
             inner: Arc::new(Inner {
@@ -135,6 +163,7 @@ impl<DB: Backend> IdempotencyBuilder<DB> {
                         self.policy.lock_timeout,
                         self.policy.reaper_after,
                     )]),
+                    resume: self.resume,
                 }),
                 policy: self.policy,
             }),
@@ -164,6 +193,8 @@ pub(crate) struct Won<DB: Backend> {
     pub(crate) claimed_at: i64,
     /// `Some` when an abandoned in-flight record was taken over.
     pub(crate) resumed: Option<KeyRecord>,
+    /// Runs of the request, this one included.
+    pub(crate) attempts: i64,
 }
 
 /// How a claim attempt ended.
@@ -179,6 +210,19 @@ pub(crate) enum Claim<DB: Backend> {
     /// Someone else holds the key right now; the recovery point it reached,
     /// when its record is visible.
     InFlight(Option<String>),
+    /// A phased request waiting out its backoff: nobody holds it, and its
+    /// next run is due at `due` (ms since epoch).
+    NotDue {
+        /// Where it will resume.
+        recovery_point: String,
+        /// When its next run may start.
+        due: i64,
+    },
+}
+
+/// The wait from now until `at` (ms since epoch), for `Retry-After`.
+pub(crate) fn until(at: i64) -> Duration {
+    Duration::from_millis(u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0))
 }
 
 fn unavailable(policy: &Policy) -> impl Fn(StoreError) -> IdempotencyError + '_ {
@@ -195,6 +239,7 @@ impl<DB: Backend> Idempotency<DB> {
             store,
             policy: Policy::default(),
             scope: None,
+            resume: None,
         }
     }
 
@@ -222,6 +267,10 @@ impl<DB: Backend> Idempotency<DB> {
     /// # let _ = refunds; Ok(()) }
     /// ```
     pub fn with_policy(&self, policy: Policy) -> Result<Idempotency<DB>, ConfigError> {
+        let policy = match self.inner.shared.resume {
+            Some(schedule) => policy.resume(schedule),
+            None => policy,
+        };
         let validated = policy.validate()?;
         if let Ok(mut horizons) = self.inner.shared.horizons.write() {
             horizons.push((policy.lock_timeout, policy.reaper_after));
@@ -457,6 +506,7 @@ impl<DB: Backend> Idempotency<DB> {
                         generation,
                         claimed_at: now,
                         resumed: None,
+                        attempts: 1,
                     }));
                 }
                 Ok(None) => {}
@@ -492,6 +542,7 @@ impl<DB: Backend> Idempotency<DB> {
                         generation,
                         claimed_at: now,
                         resumed: None,
+                        attempts: 1,
                     }));
                 }
                 if record.state == KeyState::Complete {
@@ -514,12 +565,18 @@ impl<DB: Backend> Idempotency<DB> {
                         })),
                     };
                 }
+                KeyState::Exhausted => {
+                    return Err(IdempotencyError::Exhausted {
+                        recovery_point: record.recovery_point,
+                        attempts: record.attempts,
+                    });
+                }
                 KeyState::InFlight => {
                     let stale = record.locked_at.is_none_or(|at| at < lock_cutoff);
                     let ours = resumable.is_some() && record.operation.as_deref() == resumable;
                     if stale
                         && ours
-                        && let Some(generation) =
+                        && let Some((generation, attempts)) =
                             DB::take_over(&mut tx, &prepared.scope, key, lock_cutoff, now)
                                 .await
                                 .map_err(&err)?
@@ -528,6 +585,7 @@ impl<DB: Backend> Idempotency<DB> {
                             scope = %prepared.scope,
                             key,
                             recovery_point = %record.recovery_point,
+                            attempts,
                             "took over an abandoned request"
                         );
                         return Ok(Claim::Won(Won {
@@ -535,7 +593,17 @@ impl<DB: Backend> Idempotency<DB> {
                             generation,
                             claimed_at: record.created_at,
                             resumed: Some(record),
+                            attempts,
                         }));
+                    }
+                    if stale
+                        && ours
+                        && let Some(due) = record.next_attempt_at.filter(|due| *due > now)
+                    {
+                        return Ok(Claim::NotDue {
+                            recovery_point: record.recovery_point,
+                            due,
+                        });
                     }
                     return Ok(Claim::InFlight(Some(record.recovery_point)));
                 }
@@ -563,6 +631,16 @@ impl<DB: Backend> Idempotency<DB> {
             match self.claim_once(prepared, key, resumable, wait).await? {
                 Claim::Won(won) => return Ok(Ok(won)),
                 Claim::Replay(stored) => return Ok(Err(stored.replay())),
+                Claim::NotDue {
+                    recovery_point,
+                    due,
+                } => {
+                    return Err(IdempotencyError::Incomplete {
+                        recovery_point,
+                        message: "waiting out the backoff after a transient failure".to_owned(),
+                        retry_after: until(due),
+                    });
+                }
                 Claim::InFlight(recovery_point) => match self.inner.policy.in_flight {
                     InFlight::Conflict => return Err(IdempotencyError::KeyInUse),
                     InFlight::Accepted => {

@@ -60,6 +60,9 @@ pub enum ConfigError {
     /// `key-max-length` must be at least 1.
     #[error("key-max-length must be at least 1")]
     ZeroKeyLength,
+    /// `resume.max-attempts` must be at least 1 (the first run).
+    #[error("resume max-attempts must be at least 1: it counts the first run")]
+    ZeroResumeAttempts,
     /// The scope bound must be at least 1.
     #[error("the scope bound (scope_max_length) must be at least 1")]
     ZeroScopeLength,
@@ -269,6 +272,25 @@ pub enum IdempotencyError {
         /// What to send in `Retry-After`.
         retry_after: Duration,
     },
+    /// A phased request reached its resume bound before it finished; it is
+    /// terminal and nothing resumes it.
+    #[error(
+        "the request with this idempotency key stopped at {recovery_point} after {attempts} \
+         attempts and will not be resumed; an operator settles it"
+    )]
+    Exhausted {
+        /// Where its effects stop.
+        recovery_point: String,
+        /// Runs it was given.
+        attempts: i64,
+    },
+    /// The server lacks what this operation needs (a missing upstream, a
+    /// disabled feature, a setting); nothing was recorded.
+    #[error("{message}; nothing was recorded; retry later with the same key")]
+    Unavailable {
+        /// What is missing.
+        message: String,
+    },
     /// A handler's transaction was not returned to the layer.
     #[error("the handler kept its transaction past the end of the request; nothing was applied")]
     TransactionNotReturned,
@@ -295,7 +317,9 @@ impl IdempotencyError {
             IdempotencyError::ResponseUnreadable => "response_unreadable",
             IdempotencyError::LockLost => "idempotency_key_taken_over",
             IdempotencyError::StoreUnavailable { .. } => "idempotency_store_unavailable",
-            IdempotencyError::Incomplete { .. } => "operation_incomplete",
+            IdempotencyError::Incomplete { .. } => protocol::INCOMPLETE.code,
+            IdempotencyError::Exhausted { .. } => protocol::KEY_EXHAUSTED.code,
+            IdempotencyError::Unavailable { .. } => protocol::UNAVAILABLE.code,
             IdempotencyError::TransactionNotReturned => "transaction_not_returned",
         }
     }
@@ -313,14 +337,16 @@ impl IdempotencyError {
             IdempotencyError::ScopeRejected { status, .. } => *status,
             IdempotencyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             IdempotencyError::BodyUnreadable => StatusCode::BAD_REQUEST,
-            IdempotencyError::KeyInUse | IdempotencyError::LockLost => StatusCode::CONFLICT,
+            IdempotencyError::KeyInUse
+            | IdempotencyError::LockLost
+            | IdempotencyError::Exhausted { .. } => StatusCode::CONFLICT,
             IdempotencyError::KeyReused { status } => *status,
             IdempotencyError::ResponseTooLarge { .. }
             | IdempotencyError::ResponseUnreadable
             | IdempotencyError::TransactionNotReturned => StatusCode::INTERNAL_SERVER_ERROR,
-            IdempotencyError::StoreUnavailable { .. } | IdempotencyError::Incomplete { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            IdempotencyError::StoreUnavailable { .. }
+            | IdempotencyError::Incomplete { .. }
+            | IdempotencyError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -332,6 +358,7 @@ impl IdempotencyError {
                 | IdempotencyError::LockLost
                 | IdempotencyError::StoreUnavailable { .. }
                 | IdempotencyError::Incomplete { .. }
+                | IdempotencyError::Unavailable { .. }
         )
     }
 
@@ -341,6 +368,9 @@ impl IdempotencyError {
             | IdempotencyError::Incomplete { retry_after, .. } => Some(*retry_after),
             IdempotencyError::KeyInUse | IdempotencyError::LockLost => {
                 Some(Duration::from_secs(protocol::IN_FLIGHT_RETRY_AFTER_SECS))
+            }
+            IdempotencyError::Unavailable { .. } => {
+                Some(Duration::from_secs(protocol::UNAVAILABLE_RETRY_AFTER_SECS))
             }
             _ => None,
         }
@@ -358,7 +388,8 @@ pub(crate) fn error_response(
     let body = protocol::error_json(code, message, retryable);
     let mut response = (status, axum::Json(body)).into_response();
     if let Some(after) = retry_after {
-        let secs = after.as_secs().max(1);
+        // Rounded up: a retry sent after `Retry-After` must not be early.
+        let secs = after.as_millis().div_ceil(1000).max(1);
         if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
             response.headers_mut().insert(header::RETRY_AFTER, value);
         }

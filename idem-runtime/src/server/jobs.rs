@@ -1,6 +1,7 @@
 //! The two background jobs: the completer pushes abandoned phased requests
-//! to completion; the reaper deletes records past `reaper-after` and reports
-//! what never finished.
+//! to completion, each when its backoff makes it due, until its schedule
+//! runs out; the reaper deletes records past `reaper-after` and reports what
+//! never finished.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use tokio::task::JoinHandle;
 use super::clock::{ms, now_ms};
 use super::engine::Idempotency;
 use super::error::StoreError;
-use super::store::{Backend, KeyState, ReapedRecord};
+use super::store::{Backend, ExhaustedRecord, KeyState, ReapedRecord};
 
 /// What one completer pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,15 +35,20 @@ pub struct ReaperReport {
 
 impl<DB: Backend> Idempotency<DB> {
     /// One completer pass: takes over up to `limit` in-flight phased records
-    /// whose lock is older than `lock-timeout` and resumes each at its
-    /// recovery point.
+    /// whose lock is older than `lock-timeout` and whose next run is due, and
+    /// resumes each at its recovery point. A record is taken by one
+    /// conditional `UPDATE`, so several processes sharing the store never run
+    /// it twice for one due time; a run that fails schedules the next
+    /// ([`ResumePolicy`](super::ResumePolicy)) or ends it `exhausted`.
     pub async fn complete_abandoned(&self, limit: usize) -> Result<CompleterReport, StoreError> {
         // Every policy sharing the store: its shortest lock timeout finds the
         // candidates, and each is taken over under its own operation's.
-        let cutoff = now_ms().saturating_sub(ms(self.horizons().0));
+        let now = now_ms();
+        let cutoff = now.saturating_sub(ms(self.horizons().0));
         let candidates = {
             let mut conn = self.store().pool().acquire().await?;
-            DB::abandoned(&mut conn, cutoff, i64::try_from(limit).unwrap_or(i64::MAX)).await?
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            DB::abandoned(&mut conn, cutoff, now, limit).await?
         };
         let mut report = CompleterReport {
             found: candidates.len(),
@@ -79,7 +85,7 @@ impl<DB: Backend> Idempotency<DB> {
             unfinished: Vec::new(),
         };
         for record in deleted {
-            if record.state == KeyState::InFlight {
+            if record.state != KeyState::Complete {
                 tracing::error!(
                     scope = %record.scope,
                     key = %record.key,
@@ -91,6 +97,23 @@ impl<DB: Backend> Idempotency<DB> {
             }
         }
         Ok(report)
+    }
+
+    /// How many records are in the terminal state `exhausted`: requests whose
+    /// foreign calls kept failing until their resume schedule ran out. Each
+    /// was logged at `error` when it got there; alert on a count above zero.
+    /// (A scan of the key table: poll it every minute or so, not per request.)
+    pub async fn count_exhausted(&self) -> Result<u64, StoreError> {
+        let mut conn = self.store().pool().acquire().await?;
+        let count = DB::count_exhausted(&mut conn).await?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// Up to `limit` exhausted records, oldest first: what an operator
+    /// settles, each with the recovery point its effects stop at.
+    pub async fn exhausted(&self, limit: usize) -> Result<Vec<ExhaustedRecord>, StoreError> {
+        let mut conn = self.store().pool().acquire().await?;
+        DB::exhausted(&mut conn, i64::try_from(limit).unwrap_or(i64::MAX)).await
     }
 
     /// Runs the completer and the reaper every `every` until the handle is

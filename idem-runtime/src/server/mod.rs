@@ -57,16 +57,16 @@ mod store;
 
 pub use config::{
     BODY_KEY_FIELD, DEFAULT_SCOPE_MAX_LENGTH, DEFAULT_STATUS_PREFIX, FailureReplay, InFlight,
-    KeyIn, KeyRequirement, MAX_INDEXED_BYTES, MismatchStatus, Policy,
+    KeyIn, KeyRequirement, MAX_INDEXED_BYTES, MismatchStatus, Policy, ResumePolicy,
 };
 pub use engine::{Idempotency, IdempotencyBuilder};
 pub use error::{ConfigError, IdempotencyError, KeyProblem, StoreError};
 pub use jobs::{CompleterReport, ReaperReport};
 pub use layer::{IdemTx, IdempotencyKey, IdempotencyLayer, IdempotencyService, Validator};
-pub use phased::{ForeignCall, Operation, Run, StepError};
-pub use response::{IDEMPOTENT_REPLAYED, Reject, Reply, StoredResponse, is_rejection};
+pub use phased::{ForeignCall, Operation, PhaseError, Run, StepError};
+pub use response::{IDEMPOTENT_REPLAYED, Reject, Reply, StoredResponse, Unavailable, is_rejection};
 pub use scope::{HeaderScope, ScopeExtractor, ScopeRejection};
 pub use store::{
-    Backend, BoxFuture, KeyRecord, KeyState, NewClaim, ReapedRecord, StepRecord, StepStatus, Store,
-    StoredRequest,
+    Backend, BoxFuture, ExhaustedRecord, KeyRecord, KeyState, NewClaim, ReapedRecord, Rescheduled,
+    StepRecord, StepStatus, Store, StoredRequest,
 };

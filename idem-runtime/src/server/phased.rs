@@ -34,7 +34,7 @@ use super::engine::Idempotency;
 use super::error::{IdempotencyError, StoreError};
 use super::key::provider_key;
 use super::response::{Reply, StoredResponse};
-use super::store::{Backend, BoxFuture, KeyRecord, StepRecord, StepStatus};
+use super::store::{Backend, BoxFuture, KeyRecord, Rescheduled, StepRecord, StepStatus};
 
 /// Why a step stopped.
 #[derive(Debug, thiserror::Error)]
@@ -50,10 +50,19 @@ pub enum StepError {
     /// [`StepError::Reply`].
     #[error("operation refused the request with {}", .0.status())]
     Reject(Box<Reply>),
-    /// A transient failure (a provider timeout): nothing is stored, the lock
-    /// is released and a retry or the completer resumes at the recovery point.
+    /// A transient failure (a provider timeout, a `5xx`): nothing is stored;
+    /// the next run is scheduled with backoff ([`ResumePolicy`](super::ResumePolicy)), and a retry
+    /// or the completer resumes at the recovery point once it is due. At the
+    /// schedule's bound the record becomes `exhausted`.
     #[error("{0}")]
     Transient(String),
+    /// The server lacks what the operation needs (a missing upstream, a
+    /// disabled feature, a setting). Before anything has committed it is
+    /// answered `503 operation_unavailable` and nothing is recorded, so the
+    /// same key works once the server is fixed; after a step has committed
+    /// it is rescheduled like [`StepError::Transient`].
+    #[error("{0}")]
+    Unavailable(String),
     /// The key store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -68,6 +77,27 @@ pub enum StepError {
     /// Another worker took over the key; this one must stop.
     #[error("the key was taken over by another worker")]
     LockLost,
+}
+
+/// How a foreign call that did not succeed ended, as a phase of a generated
+/// server reports it. The two cases are distinct types of answer, so a
+/// provider's refusal cannot be sent back as "try again later" by accident,
+/// nor a timeout stored as the outcome.
+///
+/// - `Final(reply)`: the foreign system gave its answer and it is not a
+///   success (a declined card, a refused payout). The operation ends with
+///   `reply`, one of its documented answers: stored, and replayed to every
+///   retry with the key. Execution had begun (the intent was recorded), so it
+///   is never rolled back.
+/// - `Transient(reason)`: no answer, or one that says to come back (a
+///   timeout, a `5xx`, a `429`): nothing is stored, and the phase runs again
+///   with the same derived key when the backoff allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PhaseError<R> {
+    /// The operation's final, documented answer.
+    Final(R),
+    /// Try again later.
+    Transient(String),
 }
 
 impl From<sqlx::Error> for StepError {
@@ -157,6 +187,8 @@ pub struct Run<DB: Backend> {
     /// the claim of an earlier attempt): execution has begun.
     begun: bool,
     recovery_point: String,
+    /// Runs of the request, this one included.
+    attempts: i64,
 }
 
 impl<DB: Backend> std::fmt::Debug for Run<DB> {
@@ -358,6 +390,32 @@ impl<DB: Backend> Run<DB> {
     }
 }
 
+impl<DB: Backend> Run<DB> {
+    /// A foreign step whose call says how it failed with a [`PhaseError`]:
+    /// `Final(reply)` ends the operation with `answer(reply)`, stored and
+    /// replayed; `Transient` schedules the next run. Generated phase methods
+    /// call this, with their reply type's conversion as `answer`.
+    pub async fn phase<T, R, F, Fut>(
+        &mut self,
+        step: &str,
+        call: F,
+        answer: fn(R) -> Reply,
+    ) -> Result<T, StepError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce(ForeignCall) -> Fut,
+        Fut: Future<Output = Result<T, PhaseError<R>>>,
+    {
+        self.foreign(step, |foreign| async move {
+            call(foreign).await.map_err(|e| match e {
+                PhaseError::Final(reply) => StepError::Reply(Box::new(answer(reply))),
+                PhaseError::Transient(reason) => StepError::Transient(reason),
+            })
+        })
+        .await
+    }
+}
+
 impl<DB: Backend> Idempotency<DB> {
     /// An axum handler running `operation` under the key protocol, and its
     /// registration with the completer. A key is always required here.
@@ -419,6 +477,7 @@ impl<DB: Backend> Idempotency<DB> {
             begun: won.resumed.is_some(),
             pending: Some(won.tx),
             recovery_point: "started".to_owned(),
+            attempts: won.attempts,
         };
         self.drive(operation, run, won.resumed).await.0
     }
@@ -433,6 +492,14 @@ impl<DB: Backend> Idempotency<DB> {
     ) -> (Response, bool) {
         if let Some(record) = resumed {
             run.recovery_point = record.recovery_point;
+            let resume = self.policy().resume;
+            let max = i64::from(resume.max_attempts);
+            let deadline = record
+                .created_at
+                .saturating_add(super::clock::ms(resume.give_up_after));
+            if run.attempts > max || now_ms() > deadline {
+                return (self.exhaust(&mut run, &operation).await, false);
+            }
             let steps = match run.pending.as_mut() {
                 Some(tx) => DB::load_steps(tx, &run.scope, &run.key).await,
                 None => Ok(Vec::new()),
@@ -458,14 +525,29 @@ impl<DB: Backend> Idempotency<DB> {
                 self.release(&mut run).await;
                 return (self.store_error(e).into_response(), false);
             }
-            Err(e @ (StepError::Transient(_) | StepError::Output { .. })) => {
-                self.release(&mut run).await;
-                let error = IdempotencyError::Incomplete {
-                    recovery_point: run.recovery_point.clone(),
-                    message: e.to_string(),
-                    retry_after: self.policy().retry_after,
-                };
-                return (error.into_response(), false);
+            Err(StepError::Unavailable(message)) if !run.begun => {
+                // Nothing ran: the claim is dropped with its transaction.
+                drop(run.pending.take());
+                tracing::warn!(
+                    scope = %run.scope,
+                    key = %run.key,
+                    operation = operation.name(),
+                    reason = %message,
+                    "operation unavailable; nothing recorded"
+                );
+                return (
+                    IdempotencyError::Unavailable { message }.into_response(),
+                    false,
+                );
+            }
+            Err(
+                e
+                @ (StepError::Transient(_) | StepError::Unavailable(_) | StepError::Output { .. }),
+            ) => {
+                return (
+                    self.reschedule(&mut run, &operation, e.to_string()).await,
+                    false,
+                );
             }
         };
         if self.policy().failure_replay == FailureReplay::Reattempt
@@ -520,6 +602,130 @@ impl<DB: Backend> Idempotency<DB> {
         }
     }
 
+    /// After a failed run: schedules the next one with full-jitter backoff, or
+    /// ends the record `exhausted` at the schedule's bound. Runs in the
+    /// pending transaction when there is one (a takeover that has not
+    /// committed yet), so the run is counted either way. A claim that never
+    /// committed is rolled back instead: nothing of the request remains.
+    async fn reschedule(
+        &self,
+        run: &mut Run<DB>,
+        operation: &Arc<dyn Operation<DB>>,
+        message: String,
+    ) -> Response {
+        let resume = self.policy().resume;
+        let incomplete = |retry_after| {
+            IdempotencyError::Incomplete {
+                recovery_point: run.recovery_point.clone(),
+                message: message.clone(),
+                retry_after,
+            }
+            .into_response()
+        };
+        if !run.begun {
+            drop(run.pending.take());
+            return incomplete(self.policy().retry_after);
+        }
+        let ceiling = resume.ceiling(u32::try_from(run.attempts).unwrap_or(u32::MAX));
+        let wait = ceiling.mul_f64(rand::random::<f64>());
+        let next_at = now_ms().saturating_add(super::clock::ms(wait));
+        let outcome: Result<Option<Rescheduled>, StoreError> = async {
+            let mut tx = match run.pending.take() {
+                Some(tx) => tx,
+                None => self.store().pool().begin().await?,
+            };
+            let outcome = DB::reschedule(
+                &mut tx,
+                &run.scope,
+                &run.key,
+                run.generation,
+                next_at,
+                i64::from(resume.max_attempts),
+                super::clock::ms(resume.give_up_after),
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(outcome)
+        }
+        .await;
+        match outcome {
+            Ok(Some(Rescheduled::At(due))) => {
+                tracing::warn!(
+                    scope = %run.scope,
+                    key = %run.key,
+                    operation = operation.name(),
+                    recovery_point = %run.recovery_point,
+                    attempt = run.attempts,
+                    next_attempt_in_ms = super::clock::ms(wait),
+                    error = %message,
+                    "run failed; next attempt scheduled"
+                );
+                incomplete(super::engine::until(due))
+            }
+            Ok(Some(Rescheduled::Exhausted { attempts })) => {
+                self.report_exhausted(run, operation, attempts, &message);
+                IdempotencyError::Exhausted {
+                    recovery_point: run.recovery_point.clone(),
+                    attempts,
+                }
+                .into_response()
+            }
+            // Taken over meanwhile: the new holder decides what happens next.
+            Ok(None) => IdempotencyError::LockLost.into_response(),
+            Err(e) => {
+                tracing::warn!(error = %e, key = %run.key, "could not schedule the next attempt; the lock expires after lock-timeout");
+                incomplete(self.policy().lock_timeout)
+            }
+        }
+    }
+
+    /// A takeover found the record past its bound (a run that crashed on
+    /// its last attempt, or a record older than `give-up-after`): ends it
+    /// `exhausted` without running anything.
+    async fn exhaust(&self, run: &mut Run<DB>, operation: &Arc<dyn Operation<DB>>) -> Response {
+        let outcome: Result<bool, StoreError> = async {
+            let mut tx = match run.pending.take() {
+                Some(tx) => tx,
+                None => self.store().pool().begin().await?,
+            };
+            let done = DB::exhaust(&mut tx, &run.scope, &run.key, run.generation).await?;
+            tx.commit().await?;
+            Ok(done)
+        }
+        .await;
+        match outcome {
+            Ok(true) => {
+                let attempts = run.attempts.saturating_sub(1);
+                self.report_exhausted(run, operation, attempts, "its schedule ran out");
+                IdempotencyError::Exhausted {
+                    recovery_point: run.recovery_point.clone(),
+                    attempts,
+                }
+                .into_response()
+            }
+            Ok(false) => IdempotencyError::LockLost.into_response(),
+            Err(e) => self.store_error(e).into_response(),
+        }
+    }
+
+    fn report_exhausted(
+        &self,
+        run: &Run<DB>,
+        operation: &Arc<dyn Operation<DB>>,
+        attempts: i64,
+        last_error: &str,
+    ) {
+        tracing::error!(
+            scope = %run.scope,
+            key = %run.key,
+            operation = operation.name(),
+            recovery_point = %run.recovery_point,
+            attempts,
+            last_error,
+            "request exhausted its attempts and will not be resumed; its effects stop at this recovery point"
+        );
+    }
+
     /// Lets go of the lock so a retry can resume at once. An uncommitted claim
     /// is simply rolled back: nothing of the request remains.
     async fn release(&self, run: &mut Run<DB>) {
@@ -564,7 +770,8 @@ impl<DB: Backend> Idempotency<DB> {
         let now = now_ms();
         let cutoff = now.saturating_sub(super::clock::ms(owner.policy().lock_timeout));
         let mut tx = owner.store().pool().begin().await?;
-        let Some(generation) = DB::take_over(&mut tx, scope, key, cutoff, now).await? else {
+        let Some((generation, attempts)) = DB::take_over(&mut tx, scope, key, cutoff, now).await?
+        else {
             return Ok(false);
         };
         let Some(record) = DB::load(&mut tx, scope, key).await? else {
@@ -586,6 +793,7 @@ impl<DB: Backend> Idempotency<DB> {
             pending: Some(tx),
             begun: true,
             recovery_point: record.recovery_point.clone(),
+            attempts,
         };
         let (_, completed) = owner.drive(operation, run, Some(record)).await;
         Ok(completed)

@@ -224,6 +224,28 @@ impl<R: IntoResponse> IntoResponse for Reject<R> {
     }
 }
 
+/// The server lacks what the operation needs (a missing upstream, a
+/// disabled feature, a setting): answered `503 operation_unavailable` with
+/// `Retry-After`, and, like a [`Reject`], never recorded. The key's claim
+/// rolls back, so the same request with the same key runs normally once the
+/// server is fixed: a server-side gap is not the caller's outcome.
+///
+/// ```
+/// use axum::response::IntoResponse;
+/// use idem_runtime::server::{Unavailable, is_rejection};
+/// let response = Unavailable("no bank is configured".into()).into_response();
+/// assert_eq!(response.status(), 503);
+/// assert!(is_rejection(&response));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Unavailable(pub String);
+
+impl IntoResponse for Unavailable {
+    fn into_response(self) -> Response {
+        Reject(super::error::IdempotencyError::Unavailable { message: self.0 }).into_response()
+    }
+}
+
 /// Whether `response` came from a [`Reject`] and must not be recorded.
 pub fn is_rejection(response: &Response) -> bool {
     response.extensions().get::<Unrecorded>().is_some()

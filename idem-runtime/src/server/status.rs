@@ -66,6 +66,8 @@ impl<DB: Backend> Idempotency<DB> {
     ///   with `recovery_point` for a phased operation;
     /// - complete: the stored response, byte for byte, with
     ///   `Idempotent-Replayed: true`;
+    /// - exhausted (a phased request given up at its resume bound): `409`,
+    ///   code `idempotency_key_exhausted`, naming the recovery point;
     /// - unknown, another caller's, or past the replay window: `404`, code
     ///   `idempotency_key_unknown`;
     /// - a malformed key in the path: `400 idempotency_key_invalid`, as for a
@@ -146,6 +148,10 @@ impl<DB: Backend> Idempotency<DB> {
                 let point = record.operation.is_some().then_some(record.recovery_point);
                 Ok(self.in_flight_status(&key, point.as_deref()))
             }
+            KeyState::Exhausted => Err(IdempotencyError::Exhausted {
+                recovery_point: record.recovery_point,
+                attempts: record.attempts,
+            }),
         }
     }
 

@@ -31,6 +31,10 @@ pub enum KeyState {
     InFlight,
     /// The response is stored and replays on every retry inside the window.
     Complete,
+    /// A phased request reached its resume bound (attempts or age) before it
+    /// finished: terminal. Nothing resumes it; a retry is refused with
+    /// [`KEY_EXHAUSTED`](crate::protocol::KEY_EXHAUSTED).
+    Exhausted,
 }
 
 impl KeyState {
@@ -39,6 +43,7 @@ impl KeyState {
         match self {
             KeyState::InFlight => "in_flight",
             KeyState::Complete => "complete",
+            KeyState::Exhausted => "exhausted",
         }
     }
 
@@ -46,6 +51,7 @@ impl KeyState {
         match s {
             "in_flight" => Ok(KeyState::InFlight),
             "complete" => Ok(KeyState::Complete),
+            "exhausted" => Ok(KeyState::Exhausted),
             other => Err(StoreError::Corrupt {
                 what: "state",
                 value: other.to_owned(),
@@ -107,6 +113,11 @@ pub struct KeyRecord {
     pub response: Option<StoredResponse>,
     /// When the key was claimed (ms since epoch); the replay window starts here.
     pub created_at: i64,
+    /// Runs of the request so far, the first included: every takeover (by a
+    /// retry or the completer) adds one.
+    pub attempts: i64,
+    /// When the next run may start (ms since epoch), after a failed one.
+    pub next_attempt_at: Option<i64>,
 }
 
 /// Whether a step of a phased operation has only its intent recorded or is done.
@@ -155,6 +166,35 @@ pub struct ReapedRecord {
     pub recovery_point: String,
 }
 
+/// A phased request in the terminal state [`KeyState::Exhausted`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExhaustedRecord {
+    /// Caller scope.
+    pub scope: String,
+    /// The idempotency key.
+    pub key: String,
+    /// Operation name.
+    pub operation: Option<String>,
+    /// Where its effects stop.
+    pub recovery_point: String,
+    /// Runs it was given.
+    pub attempts: i64,
+    /// When the key was claimed (ms since epoch).
+    pub created_at: i64,
+}
+
+/// What a failed run of a phased request left: rescheduled, or at its bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rescheduled {
+    /// In flight, due again at this time (ms since epoch).
+    At(i64),
+    /// The bound is reached: the record is now [`KeyState::Exhausted`].
+    Exhausted {
+        /// Runs it was given.
+        attempts: i64,
+    },
+}
+
 /// A database engine the key store runs on.
 ///
 /// Implemented for [`Sqlite`] and [`Postgres`]. Every method runs on a
@@ -195,15 +235,50 @@ pub trait Backend: sqlx::Database + Sized {
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<KeyRecord>, StoreError>>;
 
-    /// Takes over an in-flight record whose lock is older than `locked_before`:
-    /// one conditional `UPDATE` that bumps the fencing generation.
+    /// Takes over an in-flight record whose lock is older than `locked_before`
+    /// and whose next run is due at `now`: one conditional `UPDATE` that
+    /// bumps the fencing generation and counts the run. Returns the new
+    /// generation and the runs so far, this one included.
     fn take_over<'a>(
         conn: &'a mut Self::Connection,
         scope: &'a str,
         key: &'a str,
         locked_before: i64,
         now: i64,
-    ) -> BoxFuture<'a, Result<Option<i64>, StoreError>>;
+    ) -> BoxFuture<'a, Result<Option<(i64, i64)>, StoreError>>;
+
+    /// After a failed run, if `generation` still holds the record: releases
+    /// the lock and sets the next run for `next_at`, or, when the record has
+    /// had `max_attempts` runs or `next_at` is past `give_up_after_ms` from
+    /// its claim, moves it to [`KeyState::Exhausted`]. One conditional
+    /// `UPDATE`.
+    fn reschedule<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        key: &'a str,
+        generation: i64,
+        next_at: i64,
+        max_attempts: i64,
+        give_up_after_ms: i64,
+    ) -> BoxFuture<'a, Result<Option<Rescheduled>, StoreError>>;
+
+    /// Moves a record `generation` holds to [`KeyState::Exhausted`] (a takeover
+    /// found it past its bound).
+    fn exhaust<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        key: &'a str,
+        generation: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// How many records are [`KeyState::Exhausted`].
+    fn count_exhausted(conn: &mut Self::Connection) -> BoxFuture<'_, Result<i64, StoreError>>;
+
+    /// Up to `limit` exhausted records, oldest first.
+    fn exhausted(
+        conn: &mut Self::Connection,
+        limit: i64,
+    ) -> BoxFuture<'_, Result<Vec<ExhaustedRecord>, StoreError>>;
 
     /// Moves the record to its recovery point and refreshes the lock, if
     /// `generation` still holds it.
@@ -258,10 +333,12 @@ pub trait Backend: sqlx::Database + Sized {
         key: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// In-flight records of phased operations whose lock is older than `locked_before`.
+    /// In-flight records of phased operations whose lock is older than
+    /// `locked_before` and whose next run is due at `now`.
     fn abandoned<'a>(
         conn: &'a mut Self::Connection,
         locked_before: i64,
+        now: i64,
         limit: i64,
     ) -> BoxFuture<'a, Result<Vec<(String, String)>, StoreError>>;
 
@@ -275,7 +352,8 @@ pub trait Backend: sqlx::Database + Sized {
 
 const SELECT_RECORD: &str = "SELECT scope, idem_key, fingerprint, state, operation, request_method, \
      request_path, request_body, recovery_point, lock_generation, locked_at, response_status, \
-     response_headers, response_body, created_at FROM idem_keys WHERE scope = $1 AND idem_key = $2";
+     response_headers, response_body, created_at, attempts, next_attempt_at FROM idem_keys \
+     WHERE scope = $1 AND idem_key = $2";
 
 const CLAIM: &str = "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, operation, \
      request_method, request_path, request_body, recovery_point, lock_generation, locked_at, \
@@ -311,15 +389,34 @@ const RECLAIM_EXPIRED: &str = "UPDATE idem_keys SET fingerprint = $3, state = 'i
      operation = $4, request_method = $5, request_path = $6, request_body = $7, \
      recovery_point = 'started', lock_generation = lock_generation + 1, locked_at = $8, \
      response_status = NULL, response_headers = NULL, response_body = NULL, created_at = $8, \
-     completed_at = NULL \
+     completed_at = NULL, attempts = 1, next_attempt_at = NULL \
      WHERE scope = $1 AND idem_key = $2 AND created_at < $9 \
        AND (state = 'complete' OR locked_at IS NULL OR locked_at < $10) \
      RETURNING lock_generation";
 
-const TAKE_OVER: &str = "UPDATE idem_keys SET locked_at = $4, lock_generation = lock_generation + 1 \
+const TAKE_OVER: &str = "UPDATE idem_keys SET locked_at = $4, lock_generation = lock_generation + 1, \
+     attempts = attempts + 1 \
      WHERE scope = $1 AND idem_key = $2 AND state = 'in_flight' \
        AND (locked_at IS NULL OR locked_at < $3) \
-     RETURNING lock_generation";
+       AND (next_attempt_at IS NULL OR next_attempt_at <= $4) \
+     RETURNING lock_generation, attempts";
+
+// The right-hand sides read the row as it was, so `attempts` is the count of
+// runs including the one that just failed.
+const RESCHEDULE: &str = "UPDATE idem_keys SET locked_at = NULL, next_attempt_at = $4, \
+     state = CASE WHEN attempts >= $5 OR $4 > created_at + $6 THEN 'exhausted' ELSE 'in_flight' END \
+     WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight' \
+     RETURNING state, attempts";
+
+// The takeover counted a run that never starts: it is taken back.
+const EXHAUST: &str = "UPDATE idem_keys SET state = 'exhausted', locked_at = NULL, \
+     attempts = attempts - 1 \
+     WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
+
+const COUNT_EXHAUSTED: &str = "SELECT COUNT(*) FROM idem_keys WHERE state = 'exhausted'";
+
+const EXHAUSTED: &str = "SELECT scope, idem_key, operation, recovery_point, attempts, created_at \
+     FROM idem_keys WHERE state = 'exhausted' ORDER BY created_at LIMIT $1";
 
 const ADVANCE: &str = "UPDATE idem_keys SET recovery_point = $4, locked_at = $5 \
      WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
@@ -345,7 +442,8 @@ const DELETE_STEPS: &str = "DELETE FROM idem_steps WHERE scope = $1 AND idem_key
 const ABANDONED: &str = "SELECT scope, idem_key FROM idem_keys \
      WHERE state = 'in_flight' AND operation IS NOT NULL \
        AND (locked_at IS NULL OR locked_at < $1) \
-     ORDER BY created_at LIMIT $2";
+       AND (next_attempt_at IS NULL OR next_attempt_at <= $2) \
+     ORDER BY created_at LIMIT $3";
 
 const REAP: &str = "DELETE FROM idem_keys WHERE created_at < $1 \
      RETURNING scope, idem_key, state, operation, recovery_point";
@@ -363,17 +461,31 @@ struct Migration {
     sql: &'static str,
 }
 
-const SQLITE_MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "idempotency keys and steps",
-    sql: include_str!("../../migrations/sqlite/0001_idempotency_keys.sql"),
-}];
+const SQLITE_MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "idempotency keys and steps",
+        sql: include_str!("../../migrations/sqlite/0001_idempotency_keys.sql"),
+    },
+    Migration {
+        version: 2,
+        description: "resume schedule and the exhausted state",
+        sql: include_str!("../../migrations/sqlite/0002_resume_schedule.sql"),
+    },
+];
 
-const POSTGRES_MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "idempotency keys and steps",
-    sql: include_str!("../../migrations/postgres/0001_idempotency_keys.sql"),
-}];
+const POSTGRES_MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "idempotency keys and steps",
+        sql: include_str!("../../migrations/postgres/0001_idempotency_keys.sql"),
+    },
+    Migration {
+        version: 2,
+        description: "resume schedule and the exhausted state",
+        sql: include_str!("../../migrations/postgres/0002_resume_schedule.sql"),
+    },
+];
 
 // Both engines serialize the migration run: SQLite through its single writer
 // (the first statement writes), PostgreSQL through a transaction-scoped
@@ -426,6 +538,8 @@ where
         locked_at: row.try_get("locked_at")?,
         response,
         created_at: row.try_get("created_at")?,
+        attempts: row.try_get("attempts")?,
+        next_attempt_at: row.try_get("next_attempt_at")?,
     })
 }
 
@@ -523,16 +637,95 @@ macro_rules! impl_backend {
                 key: &'a str,
                 locked_before: i64,
                 now: i64,
-            ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
+            ) -> BoxFuture<'a, Result<Option<(i64, i64)>, StoreError>> {
                 Box::pin(async move {
-                    let generation: Option<i64> = sqlx::query_scalar(TAKE_OVER)
+                    let taken: Option<(i64, i64)> = sqlx::query_as(TAKE_OVER)
                         .bind(scope)
                         .bind(key)
                         .bind(locked_before)
                         .bind(now)
                         .fetch_optional(&mut *conn)
                         .await?;
-                    Ok(generation)
+                    Ok(taken)
+                })
+            }
+
+            fn reschedule<'a>(
+                conn: &'a mut Self::Connection,
+                scope: &'a str,
+                key: &'a str,
+                generation: i64,
+                next_at: i64,
+                max_attempts: i64,
+                give_up_after_ms: i64,
+            ) -> BoxFuture<'a, Result<Option<Rescheduled>, StoreError>> {
+                Box::pin(async move {
+                    let row: Option<(String, i64)> = sqlx::query_as(RESCHEDULE)
+                        .bind(scope)
+                        .bind(key)
+                        .bind(generation)
+                        .bind(next_at)
+                        .bind(max_attempts)
+                        .bind(give_up_after_ms)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    row.map(|(state, attempts)| match KeyState::parse(&state)? {
+                        KeyState::Exhausted => Ok(Rescheduled::Exhausted { attempts }),
+                        _ => Ok(Rescheduled::At(next_at)),
+                    })
+                    .transpose()
+                })
+            }
+
+            fn exhaust<'a>(
+                conn: &'a mut Self::Connection,
+                scope: &'a str,
+                key: &'a str,
+                generation: i64,
+            ) -> BoxFuture<'a, Result<bool, StoreError>> {
+                Box::pin(async move {
+                    let done = sqlx::query(EXHAUST)
+                        .bind(scope)
+                        .bind(key)
+                        .bind(generation)
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(done.rows_affected() == 1)
+                })
+            }
+
+            fn count_exhausted(
+                conn: &mut Self::Connection,
+            ) -> BoxFuture<'_, Result<i64, StoreError>> {
+                Box::pin(async move {
+                    let count: i64 = sqlx::query_scalar(COUNT_EXHAUSTED)
+                        .fetch_one(&mut *conn)
+                        .await?;
+                    Ok(count)
+                })
+            }
+
+            fn exhausted(
+                conn: &mut Self::Connection,
+                limit: i64,
+            ) -> BoxFuture<'_, Result<Vec<ExhaustedRecord>, StoreError>> {
+                Box::pin(async move {
+                    let rows = sqlx::query(EXHAUSTED)
+                        .bind(limit)
+                        .fetch_all(&mut *conn)
+                        .await?;
+                    let mut records = Vec::with_capacity(rows.len());
+                    for row in rows {
+                        records.push(ExhaustedRecord {
+                            scope: row.try_get("scope")?,
+                            key: row.try_get("idem_key")?,
+                            operation: row.try_get("operation")?,
+                            recovery_point: row.try_get("recovery_point")?,
+                            attempts: row.try_get("attempts")?,
+                            created_at: row.try_get("created_at")?,
+                        });
+                    }
+                    Ok(records)
                 })
             }
 
@@ -672,11 +865,13 @@ macro_rules! impl_backend {
             fn abandoned<'a>(
                 conn: &'a mut Self::Connection,
                 locked_before: i64,
+                now: i64,
                 limit: i64,
             ) -> BoxFuture<'a, Result<Vec<(String, String)>, StoreError>> {
                 Box::pin(async move {
                     let rows: Vec<(String, String)> = sqlx::query_as(ABANDONED)
                         .bind(locked_before)
+                        .bind(now)
                         .bind(limit)
                         .fetch_all(&mut *conn)
                         .await?;

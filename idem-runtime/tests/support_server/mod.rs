@@ -96,7 +96,8 @@ macro_rules! impl_test_db {
                 Box::pin(async move {
                     sqlx::query(
                         "UPDATE idem_keys SET created_at = created_at - $1, \
-                         locked_at = locked_at - $1 WHERE idem_key = $2",
+                         locked_at = locked_at - $1, next_attempt_at = next_attempt_at - $1 \
+                         WHERE idem_key = $2",
                     )
                     .bind(ms)
                     .bind(key)
