@@ -129,6 +129,41 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    run_with(args, stdout, stderr, Terminals::default())
+}
+
+/// Whether the streams [`run_with`] writes to are terminals: what
+/// `--color auto` colours. [`run`] assumes neither is (its writers may be
+/// buffers), the binary asks the process's own streams.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Terminals {
+    /// Standard output is a terminal.
+    pub stdout: bool,
+    /// Standard error is a terminal.
+    pub stderr: bool,
+}
+
+impl Terminals {
+    /// The process's own standard output and error.
+    pub fn detect() -> Self {
+        Terminals {
+            stdout: std::io::stdout().is_terminal(),
+            stderr: std::io::stderr().is_terminal(),
+        }
+    }
+}
+
+/// [`run`], colouring what goes to a terminal under `--color auto`.
+pub fn run_with<I, T>(
+    args: I,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+    terminals: Terminals,
+) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -147,9 +182,9 @@ where
         }
     };
     let result = match cli.command {
-        Command::Audit(args) => run_audit(&args, stdout, stderr),
-        Command::Generate(args) => run_generate(&args, stdout, stderr),
-        Command::Docs(args) => run_docs(&args, stdout, stderr),
+        Command::Audit(args) => run_audit(&args, stdout, stderr, terminals),
+        Command::Generate(args) => run_generate(&args, stdout, stderr, terminals),
+        Command::Docs(args) => run_docs(&args, stdout, stderr, terminals),
         Command::Rules => {
             let mut text = String::new();
             for r in RULES {
@@ -234,8 +269,9 @@ fn run_docs(
     args: &DocsArgs,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
+    terminals: Terminals,
 ) -> std::io::Result<i32> {
-    let color = use_color(args.color, std::io::stderr().is_terminal());
+    let color = use_color(args.color, terminals.stderr);
     let Some(model) = load_model(&args.spec, stderr, color)? else {
         return Ok(EXIT_ERROR);
     };
@@ -269,6 +305,7 @@ fn run_audit(
     args: &AuditArgs,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
+    terminals: Terminals,
 ) -> std::io::Result<i32> {
     if args.summary && args.format != Format::Human {
         writeln!(
@@ -283,8 +320,8 @@ fn run_audit(
         )?;
         return Ok(EXIT_ERROR);
     }
-    let color = use_color(args.color, std::io::stdout().is_terminal());
-    let err_color = use_color(args.color, std::io::stderr().is_terminal());
+    let color = use_color(args.color, terminals.stdout);
+    let err_color = use_color(args.color, terminals.stderr);
     let Some(model) = load_model(&args.spec, stderr, err_color)? else {
         return Ok(EXIT_ERROR);
     };
@@ -330,8 +367,9 @@ fn run_generate(
     args: &GenerateArgs,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
+    terminals: Terminals,
 ) -> std::io::Result<i32> {
-    let err_color = use_color(args.color, std::io::stderr().is_terminal());
+    let err_color = use_color(args.color, terminals.stderr);
     // None of the three: all three.
     let everything = !args.client && !args.server && !args.docs;
     let (client, server, docs) = (

@@ -175,11 +175,14 @@ pub struct Resume {
 
 impl Default for Resume {
     fn default() -> Self {
+        use idem_runtime::protocol::{
+            RESUME_BASE_MS, RESUME_CAP_MS, RESUME_GIVE_UP_AFTER_MS, RESUME_MAX_ATTEMPTS,
+        };
         Resume {
-            max_attempts: 12,
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(15 * 60),
-            give_up_after: Duration::from_secs(24 * 3600),
+            max_attempts: RESUME_MAX_ATTEMPTS,
+            base: Duration::from_millis(RESUME_BASE_MS),
+            cap: Duration::from_millis(RESUME_CAP_MS),
+            give_up_after: Duration::from_millis(RESUME_GIVE_UP_AFTER_MS),
         }
     }
 }

@@ -205,10 +205,30 @@ fn page_states_the_contract_with_concrete_values() {
         &prose,
         "Waiting takes 300 ms at most; the call ends by 30 s, inside its 30 s deadline.",
     );
+    // The server's own retries of the bank, and where they end.
+    has(
+        md,
+        "| POST | `/v1/transfers` | `submit_to_bank`, `notify_vendor` | 20 | up to 2 seconds, doubling to 10 minutes | 6 hours |",
+    );
+    has(
+        &prose,
+        "you get `503 operation_incomplete` with `Retry-After`",
+    );
+    has(&prose, "every repeat gets `409 idempotency_key_exhausted`");
+    has(
+        &prose,
+        "you get `503 operation_unavailable` with `Retry-After`. Nothing was recorded",
+    );
+    has(md, r#"{"code":"idempotency_key_exhausted","#);
+    has(html, r#"<section id="resumed">"#);
     // Retry budget figures.
     has(&prose, "a token bucket of 500 tokens");
     has(&prose, "or a `5xx` costs 14;");
-    has(&prose, "a request still running costs 5;");
+    has(&prose, "a request still running costs 5.");
+    has(
+        &prose,
+        "A call whose first attempt succeeds puts 1 back, and a retry that succeeds puts back what it cost",
+    );
     has(
         &prose,
         "A full bucket pays for 35 retries after transient failures or 100 after throttling.",

@@ -134,6 +134,21 @@ pub const INCOMPLETE: Refusal = Refusal {
     retryable: true,
 };
 
+/// Runs a phased request may have by default, the first included
+/// (`x-idempotency.resume.max-attempts`).
+pub const RESUME_MAX_ATTEMPTS: u32 = 16;
+
+/// Default ceiling of the first wait between runs, in milliseconds
+/// (`resume.base`).
+pub const RESUME_BASE_MS: u64 = 1_000;
+
+/// Default longest wait between runs, in milliseconds (`resume.cap`).
+pub const RESUME_CAP_MS: u64 = 5 * 60 * 1_000;
+
+/// Default age, from the claim, past which no run starts, in milliseconds
+/// (`resume.give-up-after`).
+pub const RESUME_GIVE_UP_AFTER_MS: u64 = 24 * 3_600 * 1_000;
+
 /// The caller's remaining deadline (`Idem-Timeout-Ms`, or `grpc-timeout`)
 /// was used up: on arrival (nothing was done), or while the handler ran (a
 /// keyed request's effect either committed with its stored response or

@@ -264,7 +264,8 @@ async fn a_key_already_on_the_request_is_kept_for_every_attempt() {
 #[tokio::test]
 async fn an_unsafe_post_is_never_resent_after_a_timeout() {
     let (base, recorder) = server([Reply::Hang]).await;
-    let policy = quick().attempt_timeout(Duration::from_millis(300));
+    // Long enough that the server has read the request on a loaded machine.
+    let policy = quick().attempt_timeout(Duration::from_secs(2));
     let client = client(policy);
     let error = client
         .send(&CREATE_REFUND, |http| {
@@ -384,7 +385,7 @@ const LIST_ORDERS: Operation = Operation::new("listOrders", RetryClass::Safe);
 async fn a_deadline_that_runs_out_is_reported_as_the_deadline() {
     let (base, recorder) = server([Reply::Hang, Reply::Hang, Reply::Hang]).await;
     let policy = quick()
-        .deadline(Duration::from_millis(300))
+        .deadline(Duration::from_secs(2))
         .attempt_timeout(Duration::from_secs(5));
     let error = client(policy)
         .send(&LIST_ORDERS, |http| http.get(format!("{base}/orders")))
@@ -403,7 +404,7 @@ async fn a_deadline_that_runs_out_is_reported_as_the_deadline() {
     );
     assert!(error.is_deadline());
     assert!(
-        error.to_string().contains("deadline of 300ms exceeded"),
+        error.to_string().contains("deadline of 2000ms exceeded"),
         "{error}"
     );
     assert_eq!(recorder.hits().len(), 1);
@@ -486,10 +487,12 @@ async fn stalling_server(stalls: usize) -> (String, Arc<Mutex<Vec<String>>>) {
     (format!("http://{addr}"), keys)
 }
 
+/// A stall never ends, so a long attempt timeout only costs time; it keeps
+/// a slow but healthy attempt on a loaded machine from counting as a stall.
 fn stall_policy() -> RetryPolicy {
     quick()
-        .deadline(Duration::from_secs(5))
-        .attempt_timeout(Duration::from_millis(150))
+        .deadline(Duration::from_secs(10))
+        .attempt_timeout(Duration::from_millis(1500))
 }
 
 #[tokio::test]
@@ -540,7 +543,7 @@ async fn a_stalled_body_of_an_unsafe_call_is_an_unknown_outcome() {
 #[tokio::test]
 async fn a_body_that_never_finishes_ends_at_the_deadline() {
     let (base, _) = stalling_server(usize::MAX).await;
-    let policy = quick().deadline(Duration::from_millis(300));
+    let policy = quick().deadline(Duration::from_secs(3));
     let error = client(policy)
         .send(&LIST_ORDERS, |http| http.get(format!("{base}/orders")))
         .await

@@ -860,7 +860,7 @@ on_every_backend!(takeover_after_lock_timeout_fences_the_old_holder);
 async fn completer_finishes_what_the_client_abandoned<DB: TestDb>(store: Store<DB>) {
     let provider = Arc::new(Provider::default());
     provider.fail_next.store(true, Ordering::SeqCst);
-    let (addr, idem) = phased_app(store.clone(), Policy::new(), Arc::clone(&provider)).await;
+    let (addr, idem) = phased_app(store.clone(), three_runs(), Arc::clone(&provider)).await;
     let client = reqwest::Client::new();
     let r = checkout(&client, addr, "abandoned").send().await.unwrap();
     assert_eq!(
@@ -874,11 +874,12 @@ async fn completer_finishes_what_the_client_abandoned<DB: TestDb>(store: Store<D
         DB::key_state(&store, "abandoned").await.as_deref(),
         Some("in_flight")
     );
-    // Not due yet: the first backoff draws up to a second.
+    // Not due yet (a minute more than the backoff drew, which may be ~0).
+    DB::age_key(&store, "abandoned", -60_000).await;
     assert_eq!(idem.complete_abandoned(10).await.unwrap().found, 0);
     // The client never retries; once due, the completer resumes at the
     // recovery point.
-    DB::age_key(&store, "abandoned", 1_000).await;
+    DB::age_key(&store, "abandoned", 120_000).await;
     let report = idem.complete_abandoned(10).await.unwrap();
     assert_eq!((report.found, report.completed), (1, 1));
     assert_eq!(

@@ -26,7 +26,9 @@ async fn with_idem_defaults_only_the_top_layer_retries() {
     // (A request whose deadline runs out above may never reach the bottom.)
     assert!(r.bottom > 0, "{r:?}");
     assert!(r.bottom <= (requests + budget_retries) as i64, "{r:?}");
-    assert!(r.overrun <= Duration::from_millis(50), "{r:?}");
+    // Every request ends by its deadline; the slack is for a loaded machine
+    // (the bench holds the 50 ms goal).
+    assert!(r.overrun <= Duration::from_secs(1), "{r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -38,7 +40,7 @@ async fn retrying_at_every_layer_multiplies_by_sixty_four() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadlines_travel_and_expired_requests_do_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let layer = Process::layer(exe(), dir.path(), 1, None, Mode::Idem, 0, 200)
+    let layer = Process::layer(exe(), dir.path(), 1, None, Mode::Idem, 0, 2000)
         .await
         .unwrap();
     let http = idem_runtime::reqwest::Client::new();
@@ -59,7 +61,7 @@ async fn deadlines_travel_and_expired_requests_do_nothing() {
     assert_eq!(layer.calls().await.unwrap(), 0, "nothing ran");
     // A malformed header is a 400 naming it.
     assert_eq!(work("soon").await.unwrap().status(), 400);
-    // A slow handler is cut at the caller's deadline.
+    // A slow handler (2 s) is cut at the caller's deadline.
     let started = Instant::now();
     let r = http
         .get(format!("{base}/v1/slow"))
@@ -69,7 +71,7 @@ async fn deadlines_travel_and_expired_requests_do_nothing() {
         .unwrap();
     assert_eq!(r.status(), 504);
     assert!(
-        started.elapsed() < Duration::from_millis(150),
+        started.elapsed() < Duration::from_millis(1500),
         "{:?}",
         started.elapsed()
     );
@@ -89,12 +91,12 @@ fn serde_json_like(id: &str) -> idem_runtime::serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_admission_limit_requests_are_refused_at_once() {
-    let o = run::overload(exe(), 96, 20, 0.5).await.unwrap();
+    let o = run::overload(exe(), 96, 200, 1.0).await.unwrap();
     assert!(o.refused > 0, "{o:?}");
     assert!(o.accepted > 0, "{o:?}");
     // Refusals do not wait for a slot: a queued request would wait for one
-    // of the 20 ms requests ahead of it (speed itself is the bench's job).
-    assert!(o.server_p99 < Duration::from_millis(20), "{o:?}");
+    // of the 200 ms requests ahead of it (speed itself is the bench's job).
+    assert!(o.server_p99 < Duration::from_millis(100), "{o:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,7 +120,7 @@ async fn a_keyed_request_cut_by_its_deadline_leaves_nothing_half_done() {
         request.send()
     };
     let started = Instant::now();
-    let cut = send(Some("40")).await.unwrap();
+    let cut = send(Some("400")).await.unwrap();
     assert_eq!(cut.status(), 504);
     assert!(
         started.elapsed() < Duration::from_millis(1000),

@@ -141,6 +141,34 @@ pub struct Wire {
     pub key_max_byte: String,
 }
 
+/// A keyed operation that calls other systems (`phases`), and how the
+/// server keeps trying when one of them fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resumed {
+    pub endpoint: Endpoint,
+    /// Its phases, in order.
+    pub phases: Vec<String>,
+    /// Runs the request may have, the first included.
+    pub max_attempts: u32,
+    /// The first wait's ceiling and the cap the doubling stops at.
+    pub base: String,
+    pub cap: String,
+    /// Age past which no run starts.
+    pub give_up_after: Span,
+}
+
+/// What the server answers while it resumes a request, and when it stops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumeWire {
+    pub incomplete_code: &'static str,
+    pub incomplete_status: u16,
+    pub exhausted_code: &'static str,
+    pub exhausted_status: u16,
+    pub exhausted_body: String,
+    pub unavailable_code: &'static str,
+    pub unavailable_status: u16,
+}
+
 /// The code example: the first keyed operation (else the first safe one),
 /// with its effective retry policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,6 +225,9 @@ pub struct DocsView {
     /// Operations with an admission limit of their own: endpoint and limit.
     pub admission: Vec<(Endpoint, u32)>,
     pub retry: RetryView,
+    /// Keyed operations with phases.
+    pub resumed: Vec<Resumed>,
+    pub resume_wire: ResumeWire,
     pub example: Option<Example>,
     /// Whether the table of contents lists endpoints open (small APIs).
     pub toc_open: bool,
@@ -295,7 +326,37 @@ impl DocsView {
                 }),
             admission,
             retry: retry_view(&root_retry),
+            resumed: keyed_ops
+                .iter()
+                .filter(|o| o.phases.as_ref().is_some_and(|p| !p.value.is_empty()))
+                .map(|o| resumed(o, &root, &root_retry))
+                .collect(),
+            resume_wire: ResumeWire {
+                incomplete_code: protocol::INCOMPLETE.code,
+                incomplete_status: protocol::INCOMPLETE.status,
+                exhausted_code: protocol::KEY_EXHAUSTED.code,
+                exhausted_status: protocol::KEY_EXHAUSTED.status,
+                exhausted_body: protocol::KEY_EXHAUSTED.body(),
+                unavailable_code: protocol::UNAVAILABLE.code,
+                unavailable_status: protocol::UNAVAILABLE.status,
+            },
         }
+    }
+}
+
+fn resumed(op: &Operation, root: &model::KeySettings, retry: &RetryPolicy) -> Resumed {
+    let r = &op.settings.resume;
+    Resumed {
+        endpoint: endpoint(op, text::anchor(&op.name), root, retry),
+        phases: op
+            .phases
+            .as_ref()
+            .map(|p| p.value.iter().map(|s| text::clean(s)).collect())
+            .unwrap_or_default(),
+        max_attempts: r.max_attempts,
+        base: text::duration_words(r.base),
+        cap: text::duration_words(r.cap),
+        give_up_after: Span::of(r.give_up_after),
     }
 }
 

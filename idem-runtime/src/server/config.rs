@@ -91,18 +91,18 @@ impl MismatchStatus {
 /// use std::time::Duration;
 /// use idem_runtime::server::ResumePolicy;
 /// let resume = ResumePolicy::default();
-/// assert_eq!(resume.max_attempts, 12);
+/// assert_eq!(resume.max_attempts, 16);
 /// assert_eq!(resume.base, Duration::from_secs(1));
-/// assert_eq!(resume.cap, Duration::from_secs(15 * 60));
+/// assert_eq!(resume.cap, Duration::from_secs(5 * 60));
 /// assert_eq!(resume.give_up_after, Duration::from_secs(24 * 3600));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResumePolicy {
-    /// Runs a request may have, the first included (default 12).
+    /// Runs a request may have, the first included (default 16).
     pub max_attempts: u32,
     /// Scale of the backoff (default 1s).
     pub base: Duration,
-    /// Longest wait between two runs (default 15m).
+    /// Longest wait between two runs (default 5m).
     pub cap: Duration,
     /// Age, from the claim, past which no run starts (default 24h).
     pub give_up_after: Duration,
@@ -110,11 +110,14 @@ pub struct ResumePolicy {
 
 impl Default for ResumePolicy {
     fn default() -> Self {
+        use crate::protocol::{
+            RESUME_BASE_MS, RESUME_CAP_MS, RESUME_GIVE_UP_AFTER_MS, RESUME_MAX_ATTEMPTS,
+        };
         ResumePolicy {
-            max_attempts: 12,
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(15 * 60),
-            give_up_after: Duration::from_secs(24 * 3600),
+            max_attempts: RESUME_MAX_ATTEMPTS,
+            base: Duration::from_millis(RESUME_BASE_MS),
+            cap: Duration::from_millis(RESUME_CAP_MS),
+            give_up_after: Duration::from_millis(RESUME_GIVE_UP_AFTER_MS),
         }
     }
 }
@@ -128,7 +131,7 @@ impl ResumePolicy {
     /// let resume = idem_runtime::server::ResumePolicy::default();
     /// assert_eq!(resume.ceiling(1), Duration::from_secs(1));
     /// assert_eq!(resume.ceiling(4), Duration::from_secs(8));
-    /// assert_eq!(resume.ceiling(40), Duration::from_secs(15 * 60));
+    /// assert_eq!(resume.ceiling(40), Duration::from_secs(5 * 60));
     /// ```
     pub fn ceiling(&self, runs: u32) -> Duration {
         let doublings = runs.saturating_sub(1).min(31);

@@ -421,8 +421,11 @@ async fn the_deadline_holds_whatever_the_retry_count() {
             matches!(&error, ApiError::Retry(e) if e.is_deadline()),
             "{attempts} attempts: {error:?}"
         );
+        // Twenty attempts without the deadline would take far longer; the
+        // slack is for a loaded machine (client_engine.rs checks the exact
+        // bound on a paused clock).
         assert!(
-            elapsed <= deadline + Duration::from_millis(50),
+            elapsed <= deadline + Duration::from_secs(1),
             "{attempts} attempts: the call took {elapsed:?} against a {deadline:?} deadline"
         );
         server.scripts.lock().unwrap().clear();
