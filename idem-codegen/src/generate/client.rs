@@ -253,11 +253,8 @@ fn operation(
     root: &RetryPolicy,
 ) -> (TokenStream, TokenStream) {
     let camel = naming::camel(&op.name, "Call");
-    let konst = format_ident!(
-        "OP_{}",
-        method.trim_start_matches("r#").to_ascii_uppercase()
-    );
-    let decoder = format_ident!("decode_{}", method.trim_start_matches("r#"));
+    let konst = naming::prefixed("OP", &method.trim_start_matches("r#").to_ascii_uppercase());
+    let decoder = naming::prefixed("decode", method);
     let method_ident = ident(method);
 
     // Path parameters, in the order the template names them.
@@ -602,7 +599,7 @@ fn request_body(
     let mut variants = Vec::new();
     let mut arms = Vec::new();
     let mut variant_namer = Namer::default();
-    let multipart = format_ident!("multipart_{}", method.trim_start_matches("r#"));
+    let multipart = naming::prefixed("multipart", method);
     for (media, enc) in &choices {
         let context = if single {
             format!("{camel}Request")

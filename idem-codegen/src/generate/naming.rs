@@ -82,6 +82,16 @@ fn guard(name: String, digit_prefix: &str) -> String {
     name
 }
 
+/// `{prefix}_{name}` for a helper named after a method (`decode_…`,
+/// `read_…`): the method's raw-identifier marker and the underscore a
+/// leading digit earned are dropped, so `_123_start` gives
+/// `decode_123_start`, never a doubled underscore that `non_snake_case`
+/// rejects.
+pub fn prefixed(prefix: &str, name: &str) -> proc_macro2::Ident {
+    let bare = name.trim_start_matches("r#").trim_start_matches('_');
+    proc_macro2::Ident::new(&format!("{prefix}_{bare}"), proc_macro2::Span::call_site())
+}
+
 /// Hands out unique names within one scope (a module, a struct's fields,
 /// an enum's variants).
 #[derive(Debug, Default, Clone)]

@@ -210,7 +210,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     let wiring = wiring(op);
     let method_ident = ident(method);
     let bare = method.trim_start_matches("r#");
-    let reader = format_ident!("read_{}", bare);
+    let reader = naming::prefixed("read", method);
     let template = &op.path;
 
     // Inputs: path, query, header, cookie parameters, and the body.
