@@ -134,6 +134,15 @@ pub const INCOMPLETE: Refusal = Refusal {
     retryable: true,
 };
 
+/// The request body is over the server's cap: refused before anything
+/// runs, on every route, keyed or not.
+pub const BODY_TOO_LARGE: Refusal = Refusal {
+    code: "request_body_too_large",
+    status: 413,
+    message: "the request body is over the server's limit",
+    retryable: false,
+};
+
 /// Runs a phased request may have by default, the first included
 /// (`x-idempotency.resume.max-attempts`).
 pub const RESUME_MAX_ATTEMPTS: u32 = 16;

@@ -61,11 +61,12 @@ impl Rejection {
         Rejection::invalid(field, "required, and missing")
     }
 
-    /// `413 body_too_large`.
+    /// `413 request_body_too_large`, as on keyed routes
+    /// ([`BODY_TOO_LARGE`](crate::protocol::BODY_TOO_LARGE)).
     pub fn too_large(limit: usize) -> Self {
         Rejection {
             status: StatusCode::PAYLOAD_TOO_LARGE,
-            code: "body_too_large",
+            code: crate::protocol::BODY_TOO_LARGE.code,
             field: None,
             message: format!("the request body is over the limit of {limit} bytes"),
         }

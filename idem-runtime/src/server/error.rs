@@ -309,7 +309,7 @@ impl IdempotencyError {
             IdempotencyError::KeyUnknown => "idempotency_key_unknown",
             IdempotencyError::ScopeRejected { .. } => "caller_unidentified",
             IdempotencyError::InvalidScope { .. } => "caller_scope_invalid",
-            IdempotencyError::BodyTooLarge { .. } => "request_body_too_large",
+            IdempotencyError::BodyTooLarge { .. } => protocol::BODY_TOO_LARGE.code,
             IdempotencyError::BodyUnreadable => "request_body_unreadable",
             IdempotencyError::KeyInUse => protocol::KEY_IN_USE.code,
             IdempotencyError::KeyReused { .. } => protocol::KEY_REUSED.code,
