@@ -310,23 +310,28 @@ pub async fn serve(
     bank: Option<String>,
     resume: Option<ResumePolicy>,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
     if database_url.starts_with("postgres") {
         let store = Store::connect_postgres(database_url, 16).await?;
-        sqlx::query(POSTGRES_SCHEMA).execute(store.pool()).await?;
-        run(store, listener, bank, resume).await
+        // Servers starting together on one database would race to create
+        // the table (PostgreSQL's `IF NOT EXISTS` is not safe under
+        // concurrency): one of them at a time, under an advisory lock.
+        let mut tx = store.pool().begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(7263541210)")
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(POSTGRES_SCHEMA).execute(&mut *tx).await?;
+        tx.commit().await?;
+        run(store, listen, bank, resume).await
     } else {
         let store = Store::open_sqlite(database_url).await?;
         sqlx::query(SQLITE_SCHEMA).execute(store.pool()).await?;
-        run(store, listener, bank, resume).await
+        run(store, listen, bank, resume).await
     }
 }
 
 async fn run<DB: Backend>(
     store: Store<DB>,
-    listener: tokio::net::TcpListener,
+    listen: SocketAddr,
     bank: Option<String>,
     resume: Option<ResumePolicy>,
 ) -> anyhow::Result<()>
@@ -345,6 +350,10 @@ where
     // The completer finishes payouts a crash left half-done; the reaper
     // drops records past their horizon.
     let _jobs = idem.spawn_background_jobs(Duration::from_millis(500));
+    // Listening last: a caller that can connect finds the store ready.
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
     idem_runtime::axum::serve(listener, app).await?;
     Ok(())
 }
