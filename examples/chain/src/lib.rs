@@ -172,11 +172,14 @@ impl Api<Sqlite> for Layer {
     }
 }
 
-/// Serves `layer` on `listener` over an embedded SQLite key store; with
-/// `database_up`, the bottom's own table lives in the same file.
+/// Serves `layer` on `listen` over an embedded SQLite key store; with
+/// `database_up`, the bottom's own table lives in the same file. The port is
+/// bound once the store is ready, and the address bound (port `0` picks one)
+/// is printed as `listening on ADDR`: whoever started the process reads it
+/// there rather than guessing a free port that another socket could take.
 pub async fn serve(
     mut layer: Layer,
-    listener: tokio::net::TcpListener,
+    listen: std::net::SocketAddr,
     database_url: &str,
     database_up: bool,
 ) -> anyhow::Result<()> {
@@ -194,6 +197,8 @@ pub async fn serve(
         .build()?;
     let refusals = Refusals::default();
     let app = with_refusal_timing(api::router(layer, &idem)?, refusals);
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    println!("listening on {}", listener.local_addr()?);
     idem_runtime::axum::serve(listener, app).await?;
     Ok(())
 }

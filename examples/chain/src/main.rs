@@ -89,11 +89,7 @@ async fn main() -> ExitCode {
                 calls: AtomicI64::new(0),
                 database: None,
             };
-            let listener = match tokio::net::TcpListener::bind(listen).await {
-                Ok(l) => l,
-                Err(e) => return fail(e),
-            };
-            match chain_demo::serve(layer, listener, &database_url, database_up).await {
+            match chain_demo::serve(layer, listen, &database_url, database_up).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(e),
             }

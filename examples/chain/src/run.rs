@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use tokio::io::AsyncBufReadExt as _;
 use tokio::sync::Semaphore;
 
 use crate::Mode;
@@ -56,11 +57,10 @@ impl Process {
         slow_ms: u64,
         database_up: bool,
     ) -> anyhow::Result<Process> {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
         let mut command = tokio::process::Command::new(exe);
         command
             .arg("layer")
-            .args(["--listen", &addr.to_string()])
+            .args(["--listen", "127.0.0.1:0"])
             .args(["--depth", &depth.to_string()])
             .args(["--mode", mode_name(mode)])
             .args(["--budget-retries", &budget_retries.to_string()])
@@ -70,6 +70,7 @@ impl Process {
                 "sqlite://{}?mode=rwc",
                 dir.join(format!("layer-{depth}.db")).display()
             ))
+            .stdout(std::process::Stdio::piped())
             .kill_on_drop(true);
         if let Some(next) = next {
             command.args(["--next", &format!("http://{next}")]);
@@ -77,15 +78,20 @@ impl Process {
         if database_up {
             command.arg("--database-up");
         }
-        let child = command.spawn().context("cannot start a layer")?;
-        let started = Instant::now();
-        while tokio::net::TcpStream::connect(addr).await.is_err() {
-            anyhow::ensure!(
-                started.elapsed() < Duration::from_secs(30),
-                "layer {depth} did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let mut child = command.spawn().context("cannot start a layer")?;
+        // Ready when it says where it listens (after its store is ready).
+        let stdout = child.stdout.take().context("no stdout from the layer")?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .with_context(|| format!("layer {depth} did not start"))??
+            .with_context(|| format!("layer {depth} exited before listening"))?;
+        let addr: SocketAddr = first
+            .strip_prefix("listening on ")
+            .and_then(|a| a.parse().ok())
+            .with_context(|| format!("layer {depth} said {first:?}, not where it listens"))?;
+        // The rest of its output is drained, so a full pipe never blocks it.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Ok(Process { child, addr })
     }
 
