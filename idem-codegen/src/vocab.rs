@@ -160,32 +160,10 @@ pub struct Waiver {
 }
 
 /// How the server resumes a phased request after a transient failure of a
-/// foreign call, and when it gives up (`x-idempotency.resume`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct Resume {
-    /// Runs a request may have, the first included.
-    pub max_attempts: u32,
-    /// Scale of the full-jitter backoff between runs.
-    pub base: Duration,
-    /// Longest wait between two runs.
-    pub cap: Duration,
-    /// Age, from the claim, past which no run starts.
-    pub give_up_after: Duration,
-}
-
-impl Default for Resume {
-    fn default() -> Self {
-        use idem_runtime::protocol::{
-            RESUME_BASE_MS, RESUME_CAP_MS, RESUME_GIVE_UP_AFTER_MS, RESUME_MAX_ATTEMPTS,
-        };
-        Resume {
-            max_attempts: RESUME_MAX_ATTEMPTS,
-            base: Duration::from_millis(RESUME_BASE_MS),
-            cap: Duration::from_millis(RESUME_CAP_MS),
-            give_up_after: Duration::from_millis(RESUME_GIVE_UP_AFTER_MS),
-        }
-    }
-}
+/// foreign call, and when it gives up (`x-idempotency.resume`): the
+/// runtime's own type, so the generator, the docs page and the server share
+/// one set of defaults.
+pub use idem_runtime::protocol::ResumePolicy as Resume;
 
 /// The retry budget's token costs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

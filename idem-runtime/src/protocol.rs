@@ -17,6 +17,8 @@
 //! assert_eq!(protocol::KEY_REUSED.code, "idempotency_key_reused");
 //! ```
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 /// One refusal of the protocol: its machine-readable code, HTTP status and
@@ -143,20 +145,82 @@ pub const BODY_TOO_LARGE: Refusal = Refusal {
     retryable: false,
 };
 
-/// Runs a phased request may have by default, the first included
-/// (`x-idempotency.resume.max-attempts`).
-pub const RESUME_MAX_ATTEMPTS: u32 = 16;
+/// How a phased request whose foreign call failed transiently is resumed
+/// (`x-idempotency.resume`): when the next run may start, and when to stop.
+///
+/// After a failed run the record is due again after a full-jitter wait,
+/// `random(0, min(cap, base · 2^(runs − 1)))`; neither a retry nor the
+/// completer resumes it sooner. A record that has had `max_attempts` runs
+/// (the first included), or whose next run would start more than
+/// `give_up_after` after its claim, goes to the terminal state `exhausted`:
+/// it is logged at `error`, counted by `Idempotency::count_exhausted`, and a
+/// retry gets [`KEY_EXHAUSTED`]. The server runtime, the generator and the
+/// docs page read this one definition (`x-idempotency.resume`).
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_runtime::protocol::ResumePolicy;
+/// let resume = ResumePolicy::default();
+/// assert_eq!(resume.max_attempts, 16);
+/// assert_eq!(resume.base, Duration::from_secs(1));
+/// assert_eq!(resume.cap, Duration::from_secs(5 * 60));
+/// assert_eq!(resume.give_up_after, Duration::from_secs(24 * 3600));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumePolicy {
+    /// Runs a request may have, the first included (default 16).
+    pub max_attempts: u32,
+    /// Scale of the backoff (default 1s).
+    pub base: Duration,
+    /// Longest wait between two runs (default 5m).
+    pub cap: Duration,
+    /// Age, from the claim, past which no run starts (default 24h).
+    pub give_up_after: Duration,
+}
 
-/// Default ceiling of the first wait between runs, in milliseconds
-/// (`resume.base`).
-pub const RESUME_BASE_MS: u64 = 1_000;
+impl Default for ResumePolicy {
+    fn default() -> Self {
+        ResumePolicy {
+            max_attempts: 16,
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(5 * 60),
+            give_up_after: Duration::from_secs(24 * 3600),
+        }
+    }
+}
 
-/// Default longest wait between runs, in milliseconds (`resume.cap`).
-pub const RESUME_CAP_MS: u64 = 5 * 60 * 1_000;
+impl ResumePolicy {
+    /// The longest wait after the `runs`-th failed run: `min(cap, base ·
+    /// 2^(runs − 1))`. The wait drawn is uniform below it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let resume = idem_runtime::protocol::ResumePolicy::default();
+    /// assert_eq!(resume.ceiling(1), Duration::from_secs(1));
+    /// assert_eq!(resume.ceiling(4), Duration::from_secs(8));
+    /// assert_eq!(resume.ceiling(40), Duration::from_secs(5 * 60));
+    /// ```
+    pub fn ceiling(&self, runs: u32) -> Duration {
+        let doublings = runs.saturating_sub(1).min(31);
+        self.base
+            .checked_mul(1u32 << doublings)
+            .map_or(self.cap, |d| d.min(self.cap))
+    }
 
-/// Default age, from the claim, past which no run starts, in milliseconds
-/// (`resume.give-up-after`).
-pub const RESUME_GIVE_UP_AFTER_MS: u64 = 24 * 3_600 * 1_000;
+    /// Whether a run numbered `runs` (the first is 1), starting `age` after
+    /// the claim, is past the schedule.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let resume = idem_runtime::protocol::ResumePolicy::default();
+    /// assert!(!resume.exceeded(16, Duration::from_secs(60)));
+    /// assert!(resume.exceeded(17, Duration::from_secs(60)));
+    /// assert!(resume.exceeded(2, Duration::from_secs(24 * 3600 + 1)));
+    /// ```
+    pub fn exceeded(&self, runs: u32, age: Duration) -> bool {
+        runs > self.max_attempts || age > self.give_up_after
+    }
+}
 
 /// The caller's remaining deadline (`Idem-Timeout-Ms`, or `grpc-timeout`)
 /// was used up: on arrival (nothing was done), or while the handler ran (a

@@ -5,6 +5,7 @@ use std::time::Duration;
 use http::{HeaderName, StatusCode, header};
 
 use super::error::ConfigError;
+pub use crate::protocol::ResumePolicy;
 
 /// Whether an operation demands a key (`key: required | optional`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,71 +74,6 @@ impl MismatchStatus {
             MismatchStatus::Conflict => StatusCode::CONFLICT,
             MismatchStatus::UnprocessableEntity => StatusCode::UNPROCESSABLE_ENTITY,
         }
-    }
-}
-
-/// How a phased request whose foreign call failed transiently is resumed
-/// (`x-idempotency.resume`): when the next run may start, and when to stop.
-///
-/// After a failed run the record is due again after a full-jitter wait,
-/// `random(0, min(cap, base · 2^(runs − 1)))`; neither a retry nor the
-/// completer resumes it sooner. A record that has had `max_attempts` runs
-/// (the first included), or whose next run would start more than
-/// `give_up_after` after its claim, goes to the terminal state `exhausted`:
-/// it is logged at `error`, counted by `Idempotency::count_exhausted`, and a
-/// retry gets `409 idempotency_key_exhausted`.
-///
-/// ```
-/// use std::time::Duration;
-/// use idem_runtime::server::ResumePolicy;
-/// let resume = ResumePolicy::default();
-/// assert_eq!(resume.max_attempts, 16);
-/// assert_eq!(resume.base, Duration::from_secs(1));
-/// assert_eq!(resume.cap, Duration::from_secs(5 * 60));
-/// assert_eq!(resume.give_up_after, Duration::from_secs(24 * 3600));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResumePolicy {
-    /// Runs a request may have, the first included (default 16).
-    pub max_attempts: u32,
-    /// Scale of the backoff (default 1s).
-    pub base: Duration,
-    /// Longest wait between two runs (default 5m).
-    pub cap: Duration,
-    /// Age, from the claim, past which no run starts (default 24h).
-    pub give_up_after: Duration,
-}
-
-impl Default for ResumePolicy {
-    fn default() -> Self {
-        use crate::protocol::{
-            RESUME_BASE_MS, RESUME_CAP_MS, RESUME_GIVE_UP_AFTER_MS, RESUME_MAX_ATTEMPTS,
-        };
-        ResumePolicy {
-            max_attempts: RESUME_MAX_ATTEMPTS,
-            base: Duration::from_millis(RESUME_BASE_MS),
-            cap: Duration::from_millis(RESUME_CAP_MS),
-            give_up_after: Duration::from_millis(RESUME_GIVE_UP_AFTER_MS),
-        }
-    }
-}
-
-impl ResumePolicy {
-    /// The longest wait after the `runs`-th failed run: `min(cap, base ·
-    /// 2^(runs − 1))`. The wait drawn is uniform below it.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let resume = idem_runtime::server::ResumePolicy::default();
-    /// assert_eq!(resume.ceiling(1), Duration::from_secs(1));
-    /// assert_eq!(resume.ceiling(4), Duration::from_secs(8));
-    /// assert_eq!(resume.ceiling(40), Duration::from_secs(5 * 60));
-    /// ```
-    pub fn ceiling(&self, runs: u32) -> Duration {
-        let doublings = runs.saturating_sub(1).min(31);
-        self.base
-            .checked_mul(1u32 << doublings)
-            .map_or(self.cap, |d| d.min(self.cap))
     }
 }
 

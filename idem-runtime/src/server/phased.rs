@@ -243,7 +243,9 @@ impl<DB: Backend> Run<DB> {
         &self.recovery_point
     }
 
-    async fn begin(&mut self) -> Result<Transaction<'static, DB>, StepError> {
+    /// The pending claim or takeover, if not yet committed, else a new
+    /// transaction: whatever commits next carries it.
+    async fn begin(&mut self) -> Result<Transaction<'static, DB>, StoreError> {
         match self.pending.take() {
             Some(tx) => Ok(tx),
             None => Ok(self.idem.store().pool().begin().await?),
@@ -388,9 +390,7 @@ impl<DB: Backend> Run<DB> {
             .await?;
         Ok(output)
     }
-}
 
-impl<DB: Backend> Run<DB> {
     /// A foreign step whose call says how it failed with a [`PhaseError`]:
     /// `Final(reply)` ends the operation with `answer(reply)`, stored and
     /// replayed; `Transient` schedules the next run. Generated phase methods
@@ -492,12 +492,11 @@ impl<DB: Backend> Idempotency<DB> {
     ) -> (Response, bool) {
         if let Some(record) = resumed {
             run.recovery_point = record.recovery_point;
-            let resume = self.policy().resume;
-            let max = i64::from(resume.max_attempts);
-            let deadline = record
-                .created_at
-                .saturating_add(super::clock::ms(resume.give_up_after));
-            if run.attempts > max || now_ms() > deadline {
+            let runs = u32::try_from(run.attempts).unwrap_or(u32::MAX);
+            let age = std::time::Duration::from_millis(
+                u64::try_from(now_ms().saturating_sub(record.created_at)).unwrap_or(0),
+            );
+            if self.policy().resume.exceeded(runs, age) {
                 return (self.exhaust(&mut run, &operation).await, false);
             }
             let steps = match run.pending.as_mut() {
@@ -566,10 +565,7 @@ impl<DB: Backend> Idempotency<DB> {
         }
         let stored = StoredResponse::capture(status, &headers, &self.inner.replay_headers, body);
         let result: Result<bool, StoreError> = async {
-            let mut tx = match run.pending.take() {
-                Some(tx) => tx,
-                None => self.store().pool().begin().await?,
-            };
+            let mut tx = run.begin().await?;
             if !DB::complete(
                 &mut tx,
                 &run.scope,
@@ -614,9 +610,10 @@ impl<DB: Backend> Idempotency<DB> {
         message: String,
     ) -> Response {
         let resume = self.policy().resume;
+        let recovery_point = run.recovery_point.clone();
         let incomplete = |retry_after| {
             IdempotencyError::Incomplete {
-                recovery_point: run.recovery_point.clone(),
+                recovery_point: recovery_point.clone(),
                 message: message.clone(),
                 retry_after,
             }
@@ -630,10 +627,7 @@ impl<DB: Backend> Idempotency<DB> {
         let wait = ceiling.mul_f64(rand::random::<f64>());
         let next_at = now_ms().saturating_add(super::clock::ms(wait));
         let outcome: Result<Option<Rescheduled>, StoreError> = async {
-            let mut tx = match run.pending.take() {
-                Some(tx) => tx,
-                None => self.store().pool().begin().await?,
-            };
+            let mut tx = run.begin().await?;
             let outcome = DB::reschedule(
                 &mut tx,
                 &run.scope,
@@ -684,10 +678,7 @@ impl<DB: Backend> Idempotency<DB> {
     /// `exhausted` without running anything.
     async fn exhaust(&self, run: &mut Run<DB>, operation: &Arc<dyn Operation<DB>>) -> Response {
         let outcome: Result<bool, StoreError> = async {
-            let mut tx = match run.pending.take() {
-                Some(tx) => tx,
-                None => self.store().pool().begin().await?,
-            };
+            let mut tx = run.begin().await?;
             let done = DB::exhaust(&mut tx, &run.scope, &run.key, run.generation).await?;
             tx.commit().await?;
             Ok(done)
