@@ -179,6 +179,9 @@ impl Config {
                 server: self.server,
             },
         )?;
+        for note in &generated.notes {
+            println!("cargo:warning={note}");
+        }
         let out_dir = match &self.out_dir {
             Some(dir) => dir.clone(),
             None => std::env::var_os("OUT_DIR")

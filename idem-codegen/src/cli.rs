@@ -416,7 +416,12 @@ fn run_generate(
     }
     let generated = if client || server {
         match crate::generate::generate(&model, &crate::generate::Options { client, server }) {
-            Ok(g) => Some(g),
+            Ok(g) => {
+                for note in &g.notes {
+                    writeln!(stderr, "warning: {note}")?;
+                }
+                Some(g)
+            }
             Err(e) => {
                 writeln!(stderr, "error: {e}")?;
                 return Ok(EXIT_ERROR);

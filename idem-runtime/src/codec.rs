@@ -1,8 +1,41 @@
 //! Serde helpers that generated types call, so each generated type stays a
 //! few lines.
 
-use serde::de::{DeserializeOwned, Deserializer, Error};
+use std::cell::Cell;
+
+use serde::de::{Deserialize, DeserializeOwned, Deserializer, Error};
 use serde_json::Value;
+
+thread_local! {
+    static STRICT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` (a synchronous decode) strictly: an optional property whose
+/// schema is not nullable rejects an explicit `null` instead of reading it
+/// as absent. Generated servers decode requests this way; generated
+/// clients read responses leniently, as most servers send `null` for
+/// properties they leave out.
+pub fn strictly<R>(f: impl FnOnce() -> R) -> R {
+    let before = STRICT.replace(true);
+    let out = f();
+    STRICT.set(before);
+    out
+}
+
+/// The `deserialize_with` of an optional, non-nullable property: absent is
+/// `None` (by `#[serde(default)]`), a value is `Some`, and `null` is an error
+/// while decoding [`strictly`], `None` otherwise.
+pub fn non_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    if STRICT.get() {
+        T::deserialize(deserializer).map(Some)
+    } else {
+        Option::<T>::deserialize(deserializer)
+    }
+}
 
 /// Reads any JSON value and the string at its top-level `property`: the
 /// first step of deserializing a tagged union.

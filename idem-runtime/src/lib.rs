@@ -20,12 +20,14 @@ pub mod protocol;
 pub mod server;
 
 pub mod codec;
+pub mod validate;
 
 // What generated code names, re-exported so a generated crate depends on
 // `idem-runtime` alone and always agrees with it on versions.
 #[cfg(feature = "server")]
 pub use axum;
 pub use bytes;
+pub use chrono;
 pub use http;
 #[cfg(feature = "client")]
 pub use reqwest;
@@ -33,6 +35,7 @@ pub use serde;
 pub use serde_json;
 #[cfg(feature = "server")]
 pub use sqlx;
+pub use uuid;
 
 /// Includes the API that `idem_codegen::build` generated into `OUT_DIR`.
 ///

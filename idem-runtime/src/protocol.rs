@@ -145,6 +145,54 @@ pub const BODY_TOO_LARGE: Refusal = Refusal {
     retryable: false,
 };
 
+/// The request breaks its operation's contract: a parameter or body field
+/// is missing, malformed, or breaks a keyword of its schema (`minimum`,
+/// `maxLength`, `pattern`, …). Refused before the key is claimed, so the
+/// corrected request with the same key runs normally. The body's `field`
+/// names where (`body.amount`, `query.limit`, `header.Content-Type`).
+pub const INVALID_REQUEST: Refusal = Refusal {
+    code: "invalid_request",
+    status: 400,
+    message: "the request does not match the operation's schema; the field named is wrong",
+    retryable: false,
+};
+
+/// The request body is in a media type the operation does not declare, or
+/// has no `Content-Type`; the message lists the accepted types.
+pub const UNSUPPORTED_MEDIA_TYPE: Refusal = Refusal {
+    code: "unsupported_media_type",
+    status: 415,
+    message: "the request body's content type is not one this operation accepts",
+    retryable: false,
+};
+
+/// The caller's `Accept` excludes every media type the operation declares
+/// for its responses (sent only where it declares several).
+pub const NOT_ACCEPTABLE: Refusal = Refusal {
+    code: "not_acceptable",
+    status: 406,
+    message: "none of the media types this operation answers in is acceptable to the caller",
+    retryable: false,
+};
+
+/// The caller could not be identified: the scope extractor found no caller
+/// (for a header scope, the header is absent). Nothing is stored.
+pub const SCOPE_MISSING: Refusal = Refusal {
+    code: "caller_unidentified",
+    status: 401,
+    message: "the caller could not be identified",
+    retryable: false,
+};
+
+/// The caller's scope is empty, over the scope bound, or not visible ASCII.
+/// Nothing is stored: no row is ever written under such a scope.
+pub const SCOPE_INVALID: Refusal = Refusal {
+    code: "caller_scope_invalid",
+    status: 400,
+    message: "the caller's scope is empty, too long or not visible ASCII",
+    retryable: false,
+};
+
 /// How a phased request whose foreign call failed transiently is resumed
 /// (`x-idempotency.resume`): when the next run may start, and when to stop.
 ///

@@ -10,6 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (file, name, allow_findings) in [
         ("shop.yaml", "shop", false),
         ("payments-clean.yaml", "payments", false),
+        // Every validation keyword and typed format.
+        ("constraints.yaml", "constraints", false),
         // These two carry audit errors on purpose.
         ("cratebase.yaml", "cratebase", true),
         ("hostile-names.yaml", "hostile", true),

@@ -32,7 +32,11 @@
 pub struct Charge {
     pub id: ::std::string::String,
     pub amount: i64,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub received: ::std::option::Option<
         ::std::collections::BTreeMap<
             ::std::string::String,
@@ -76,7 +80,11 @@ pub struct CreateUploadRequest {
 )]
 #[serde(crate = "::idem_runtime::serde")]
 pub struct GetOrderFilter {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub status: ::std::option::Option<::std::string::String>,
 }
 
@@ -90,7 +98,11 @@ pub struct GetOrderFilter {
 )]
 #[serde(crate = "::idem_runtime::serde")]
 pub struct HealthResponse200 {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub ok: ::std::option::Option<bool>,
 }
 
@@ -105,13 +117,25 @@ pub struct HealthResponse200 {
 pub struct NewCharge {
     pub amount: i64,
     pub currency: ::std::string::String,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub metadata: ::std::option::Option<
         ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
     >,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub shipping: ::std::option::Option<NewChargeShipping>,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub expand: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
 }
 
@@ -125,9 +149,17 @@ pub struct NewCharge {
 )]
 #[serde(crate = "::idem_runtime::serde")]
 pub struct NewChargeShipping {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub name: ::std::option::Option<::std::string::String>,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub address: ::std::option::Option<NewChargeShippingAddress>,
 }
 
@@ -141,9 +173,17 @@ pub struct NewChargeShipping {
 )]
 #[serde(crate = "::idem_runtime::serde")]
 pub struct NewChargeShippingAddress {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub line1: ::std::option::Option<::std::string::String>,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub city: ::std::option::Option<::std::string::String>,
 }
 
@@ -159,7 +199,11 @@ pub struct NewOrder {
     /// Stock-keeping unit.
     pub sku: ::std::string::String,
     pub quantity: i32,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub gift: ::std::option::Option<bool>,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub note: ::std::option::Option<::std::string::String>,
@@ -177,15 +221,24 @@ pub struct Order {
     /// Stock-keeping unit.
     pub sku: ::std::string::String,
     pub quantity: i32,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub gift: ::std::option::Option<bool>,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub note: ::std::option::Option<::std::string::String>,
     pub id: i64,
     pub status: OrderStatus,
-    /// An RFC 3339 date-time.
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub created: ::std::option::Option<::std::string::String>,
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub created: ::std::option::Option<
+        ::idem_runtime::chrono::DateTime<::idem_runtime::chrono::Utc>,
+    >,
 }
 
 #[derive(
@@ -222,12 +275,24 @@ pub enum OrderStatus {
 )]
 #[serde(crate = "::idem_runtime::serde")]
 pub struct Problem {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub r#type: ::std::option::Option<::std::string::String>,
     pub title: ::std::string::String,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub status: ::std::option::Option<i32>,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::idem_runtime::codec::non_null",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub code: ::std::option::Option<::std::string::String>,
 }
 

@@ -275,7 +275,7 @@ async fn undecodable_inputs_are_clear_400s_that_record_nothing() {
     assert_eq!(r.status(), 400);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["code"], "invalid_request");
-    assert_eq!(body["field"], "body field `amount`", "{body}");
+    assert_eq!(body["field"], "body.amount", "{body}");
 
     // Malformed JSON.
     let r = http
@@ -289,11 +289,16 @@ async fn undecodable_inputs_are_clear_400s_that_record_nothing() {
         .unwrap();
     assert_eq!(r.status(), 400);
 
-    // A business rule the handler checks before writing: unrecorded too.
+    // A keyword of the schema (`amount` has `minimum: 1`): refused before
+    // the claim, naming the field and the rule.
     let zero = json!({"order_id": "order-1", "amount": 0, "currency": "usd"});
+    let r = charge(&http, &server, &account, &key, &zero).await;
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
     assert_eq!(
-        charge(&http, &server, &account, &key, &zero).await.status(),
-        400
+        (body["field"].as_str(), body["message"].as_str()),
+        (Some("body.amount"), Some("must be at least 1")),
+        "{body}"
     );
 
     // None of the refusals kept the key: the corrected request runs.
@@ -311,7 +316,7 @@ async fn undecodable_inputs_are_clear_400s_that_record_nothing() {
         .unwrap();
     assert_eq!(r.status(), 400);
     let body: Value = r.json().await.unwrap();
-    assert_eq!(body["field"], "path parameter `charge_id`", "{body}");
+    assert_eq!(body["field"], "path.charge_id", "{body}");
     let r = http
         .get(server.url("/v1/charges?limit=ten"))
         .header("x-account-id", &account)
@@ -320,13 +325,33 @@ async fn undecodable_inputs_are_clear_400s_that_record_nothing() {
         .unwrap();
     assert_eq!(r.status(), 400);
     let body: Value = r.json().await.unwrap();
-    assert_eq!(body["field"], "query parameter `limit`", "{body}");
+    assert_eq!(body["field"], "query.limit", "{body}");
 
-    // A missing required header.
+    // The caller's scope header, on a route without a key: missing is
+    // `401`, empty `400`, exactly as on keyed routes.
     let r = http.get(server.url("/v1/charges")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["code"], "caller_unidentified", "{body}");
+    let r = http
+        .get(server.url("/v1/charges"))
+        .header("x-account-id", "")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     let body: Value = r.json().await.unwrap();
-    assert_eq!(body["field"], "header `X-Account-Id`", "{body}");
+    assert_eq!(body["code"], "caller_scope_invalid", "{body}");
+    // A limit below the spec's `minimum: 1`.
+    let r = http
+        .get(server.url("/v1/charges?limit=0"))
+        .header("x-account-id", &account)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["field"], "query.limit", "{body}");
 
     // Unknown paths and methods.
     let r = http.get(server.url("/v2/nothing")).send().await.unwrap();

@@ -12,7 +12,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 use super::naming::{self, Namer};
-use super::types::{Ty, TypeDef, TypeSpace, doc_attrs, ident};
+use super::types::{Checks, Site, Ty, TypeDef, TypeSpace, doc_attrs, ident};
 use crate::model::schema::Kind;
 use crate::model::{KeySource, Media, Model, Operation, RetryClass, RetryPolicy, SecurityKind};
 use crate::vocab::{Backoff, KeyRequirement};
@@ -258,7 +258,8 @@ fn operation(
     let method_ident = ident(method);
 
     // Path parameters, in the order the template names them.
-    let mut arg_namer = Namer::reserving(&["self", "params", "body"]);
+    let mut arg_namer = Namer::reserving(&["self", "params", "body", "v", "request"]);
+    let mut sites: Vec<Site> = Vec::new();
     let mut args = Vec::new();
     let mut pieces: Vec<TokenStream> = Vec::new();
     let mut rest = op.path.as_str();
@@ -279,6 +280,19 @@ fn operation(
         let ty = match param.and_then(|p| p.schema.as_ref()) {
             Some(schema) => {
                 let ty = space.ty(schema, &format!("{camel}{}", naming::camel(name, "Id")));
+                let value = if by_value(&ty) {
+                    quote!(&#arg)
+                } else {
+                    quote!(#arg)
+                };
+                if !matches!(ty, Ty::Option(_)) {
+                    sites.push(Site {
+                        path: format!("path.{name}"),
+                        ty: ty.clone(),
+                        checks: space.checks(schema),
+                        value,
+                    });
+                }
                 path_arg_type(space, &ty)
             }
             None => quote!(&str),
@@ -320,6 +334,18 @@ fn operation(
                 Ty::Option(inner) => (*inner, true),
                 other => (other, !p.required),
             };
+            if let Some(schema) = &p.schema {
+                sites.push(Site {
+                    path: format!("{}.{}", p.location, p.name),
+                    ty: if optional {
+                        Ty::Option(Box::new(ty.clone()))
+                    } else {
+                        ty.clone()
+                    },
+                    checks: space.checks(schema),
+                    value: quote!(&params.#field),
+                });
+            }
             all_optional &= optional;
             let ty_tokens = space.tokens(&ty);
             let field_ty = if optional {
@@ -362,11 +388,22 @@ fn operation(
     }
 
     // The body, in each media type the operation accepts.
-    let (body_arg, body_set, body_items) = request_body(space, op, &camel, method);
+    let (body_arg, body_set, body_items, body_checks) = request_body(space, op, &camel, method);
     items.extend(body_items);
     if let Some(arg) = body_arg {
         args.push(arg);
     }
+    if let Some((ty, checks)) = body_checks {
+        sites.push(Site {
+            path: "body".to_owned(),
+            ty,
+            checks,
+            value: quote!(body),
+        });
+    }
+    // Checked before the first attempt: a request its schema forbids is
+    // never sent.
+    let validate = space.defer(sites, quote!(let request = request.validated(v);));
 
     // The result.
     let (ok_ty, err_ty, decode_body, result_items) = responses(space, op, &camel);
@@ -427,6 +464,7 @@ fn operation(
             #request_binding = ::idem_runtime::client::api::Request::new(::idem_runtime::http::Method::#http_method, #path_expr);
             #(#sets)*
             #body_set
+            #validate
             self.inner.call(&#konst, request, #decoder)
         }
     };
@@ -448,6 +486,14 @@ fn operation(
         }
     });
     (quote!(#(#items)*), method_tokens)
+}
+
+/// Whether a path argument of this type is taken by value.
+fn by_value(ty: &Ty) -> bool {
+    matches!(
+        ty,
+        Ty::Bool | Ty::I32 | Ty::I64 | Ty::U32 | Ty::U64 | Ty::F32 | Ty::F64
+    )
 }
 
 fn path_arg_type(space: &TypeSpace<'_>, ty: &Ty) -> TokenStream {
@@ -573,14 +619,20 @@ fn method_doc(model: &Model, op: &Operation) -> String {
 }
 
 /// The body argument, the statement that sets it, and the types it needs.
-fn request_body(
-    space: &mut TypeSpace<'_>,
-    op: &Operation,
-    camel: &str,
-    method: &str,
-) -> (Option<TokenStream>, TokenStream, Vec<TokenStream>) {
+/// The body argument, the statements setting it, the items it needs, and
+/// (for one media type) the body's type and keywords, which the call
+/// validates.
+type BodyParts = (
+    Option<TokenStream>,
+    TokenStream,
+    Vec<TokenStream>,
+    Option<(Ty, Checks)>,
+);
+
+/// The body of `op`, as [`BodyParts`].
+fn request_body(space: &mut TypeSpace<'_>, op: &Operation, camel: &str, method: &str) -> BodyParts {
     let Some(body) = &op.request_body else {
-        return (None, TokenStream::new(), Vec::new());
+        return (None, TokenStream::new(), Vec::new(), None);
     };
     // One entry per encoding; the first media type of each wins.
     let mut choices: Vec<(&Media, Encoding)> = Vec::new();
@@ -591,7 +643,7 @@ fn request_body(
         }
     }
     if choices.is_empty() {
-        return (None, TokenStream::new(), Vec::new());
+        return (None, TokenStream::new(), Vec::new(), None);
     }
     let mut items = Vec::new();
     let single = choices.len() == 1;
@@ -643,7 +695,11 @@ fn request_body(
                 Encoding::Text => quote!(body: &str),
                 _ => quote!(body: &#tokens),
             };
-            return (Some(arg), set(quote!(body)), items);
+            let checked = match (enc, &media.schema) {
+                (Encoding::Text | Encoding::Bytes, _) | (_, None) => None,
+                (_, Some(schema)) => Some((ty.clone(), space.checks(schema))),
+            };
+            return (Some(arg), set(quote!(body)), items, checked);
         };
         let enum_ident = ident(enum_name);
         let variant = ident(&variant_namer.unique(encoding_name(*enc)));
@@ -666,7 +722,7 @@ fn request_body(
             #(#arms)*
         }
     };
-    (Some(quote!(body: &#enum_ident)), body_set, items)
+    (Some(quote!(body: &#enum_ident)), body_set, items, None)
 }
 
 pub(super) fn encoding_name(enc: Encoding) -> &'static str {
@@ -894,6 +950,7 @@ pub(super) fn status_variant(status: &str) -> String {
         "403" => "Forbidden",
         "404" => "NotFound",
         "405" => "MethodNotAllowed",
+        "406" => "NotAcceptable",
         "409" => "Conflict",
         "410" => "Gone",
         "412" => "PreconditionFailed",
@@ -1043,6 +1100,7 @@ fn side(
             doc: String::new(),
             deprecated: false,
             body: super::types::Body::Pending,
+            checks: super::types::Checks::default(),
         });
         let init = quote!(#struct_ident { #body_init #(#inits)* });
         (Ty::Def(index), Some(init))
@@ -1136,6 +1194,7 @@ fn side(
         doc: String::new(),
         deprecated: false,
         body: super::types::Body::Pending,
+        checks: super::types::Checks::default(),
     });
     (Some(Ty::Def(index)), arms)
 }

@@ -30,6 +30,10 @@ pub struct Generated {
     pub lines: usize,
     /// The `idem-runtime` features the code needs (`client`, `server`).
     pub features: Vec<&'static str>,
+    /// What the code could not honour exactly, each with its location in
+    /// the spec (a `pattern` that is not ECMA-262): front ends print these
+    /// as warnings.
+    pub notes: Vec<String>,
 }
 
 /// Why generation failed (the generated code itself could not be formatted,
@@ -137,6 +141,8 @@ pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateE
     };
     space.finish();
     let types = space.render();
+    let client = space.resolve(client);
+    let server = space.resolve(server);
     let tokens = quote! {
         #types
         #client
@@ -154,6 +160,7 @@ pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateE
         items,
         lines,
         features,
+        notes: space.notes,
     })
 }
 

@@ -24,7 +24,7 @@ use super::client::{
     Encoding, doc_head, encoding_of, is_key_parameter, query_style, response_shape, status_variant,
 };
 use super::naming::{self, Namer};
-use super::types::{Ty, TypeSpace, doc_attrs, ident};
+use super::types::{Site, Ty, TypeSpace, doc_attrs, ident};
 use crate::model::{KeySource, Model, Operation, RetryClass};
 use crate::vocab::{FailureReplay, InFlight, KeyRequirement};
 
@@ -216,6 +216,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     // Inputs: path, query, header, cookie parameters, and the body.
     let mut field_namer = Namer::reserving(&["body"]);
     let mut fields: Vec<InputField> = Vec::new();
+    let mut sites: Vec<Site> = Vec::new();
     for p in &op.parameters {
         if !matches!(p.location.as_str(), "path" | "query" | "header" | "cookie") {
             continue;
@@ -245,12 +246,19 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
         };
         let tokens = space.tokens(&ty);
         let wire = &p.name;
-        let label = match p.location.as_str() {
-            "path" => format!("path parameter `{wire}`"),
-            "query" => format!("query parameter `{wire}`"),
-            "header" => format!("header `{wire}`"),
-            _ => format!("cookie `{wire}`"),
-        };
+        let label = format!("{}.{wire}", p.location);
+        if let Some(schema) = &p.schema {
+            sites.push(Site {
+                path: label.clone(),
+                ty: if optional && p.location != "path" {
+                    Ty::Option(Box::new(ty.clone()))
+                } else {
+                    ty.clone()
+                },
+                checks: space.checks(schema),
+                value: quote!(&input.#field),
+            });
+        }
         let read = match p.location.as_str() {
             "path" => quote!(inbound.path::<#tokens>(#wire)?),
             "query" => {
@@ -282,9 +290,23 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
         });
     }
     let mut items = Vec::new();
-    if let Some(body) = request_body(space, op, &camel, wiring, &mut items) {
+    if let Some(body) = request_body(space, op, &camel, wiring, &mut items, &mut sites) {
         fields.push(body);
     }
+    // A live request's content type, checked before anything is read (a
+    // resumed phased request has none: its operation checks it on arrival).
+    let media = (wiring != Wiring::Phased)
+        .then(|| media_check(op))
+        .flatten()
+        .map(|(required, accepted)| {
+            quote!(#rt::api::media_type(inbound.parts(), inbound.has_body(), #required, &[#(#accepted),*])?;)
+        });
+    let accept = acceptable_check(op)
+        .map(|offered| quote!(#rt::api::acceptable(inbound.parts(), &[#(#offered),*])?;));
+    let validate = space.defer(
+        sites,
+        quote!(v.finish().map_err(|e| #rt::api::Rejection::violations(&e))?;),
+    );
     let input_ident =
         (!fields.is_empty()).then(|| ident(&space.namer.unique(&format!("{camel}Input"))));
     let (input_arg, input_pass) = match &input_ident {
@@ -300,9 +322,13 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                 }
 
                 async fn #reader(inbound: &#rt::api::Inbound) -> ::std::result::Result<#input, #rt::api::Rejection> {
-                    ::std::result::Result::Ok(#input {
+                    #media
+                    #accept
+                    let input = #input {
                         #(#reads)*
-                    })
+                    };
+                    #validate
+                    ::std::result::Result::Ok(input)
                 }
             });
             (Some(quote!(input: #input)), Some(quote!(input)))
@@ -332,6 +358,26 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     let http_method = format_ident!("{}", op.method.as_str().to_ascii_lowercase());
     let routing = quote!(::idem_runtime::axum::routing);
     let mut accepted = false;
+    // Required header parameters: where one is the caller's scope, a route
+    // without a key identifies the caller as keyed routes do.
+    let required_headers: Vec<&str> = op
+        .parameters
+        .iter()
+        .filter(|p| p.location == "header" && p.required && !is_key_parameter(op, p))
+        .map(|p| p.name.as_str())
+        .collect();
+    let (scope_clone, scope_check) = if required_headers.is_empty() {
+        (TokenStream::new(), TokenStream::new())
+    } else {
+        (
+            quote!(let idem = ::std::clone::Clone::clone(idem);),
+            quote! {
+                if let ::std::result::Result::Err(refusal) = idem.require_scope(inbound.parts(), &[#(#required_headers),*]) {
+                    return refusal.into_response();
+                }
+            },
+        )
+    };
     let (trait_method, route) = match wiring {
         Wiring::Plain => (
             quote! {
@@ -341,12 +387,14 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
             },
             quote! {{
                 let api = ::std::sync::Arc::clone(&api);
+                #scope_clone
                 #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| async move {
                     use ::idem_runtime::axum::response::IntoResponse as _;
                     let inbound = match #rt::api::Inbound::read(request, #template, #limit).await {
                         ::std::result::Result::Ok(inbound) => inbound,
                         ::std::result::Result::Err(rejection) => return rejection.into_response(),
                     };
+                    #scope_check
                     #read_input
                     api.#method_ident(inbound.context() #(, #pass)*).await.into_response()
                 })
@@ -518,6 +566,7 @@ fn request_body(
     camel: &str,
     wiring: Wiring,
     items: &mut Vec<TokenStream>,
+    sites: &mut Vec<Site>,
 ) -> Option<InputField> {
     let rt = rt();
     let body = op.request_body.as_ref()?;
@@ -561,7 +610,21 @@ fn request_body(
         Encoding::Bytes => quote!(inbound.bytes()),
     };
     let (decl_ty, value) = if single {
-        let (_, enc, ty) = &choices[0];
+        let (media, enc, ty) = &choices[0];
+        if let (Encoding::Json | Encoding::Form | Encoding::Multipart, Some(schema)) =
+            (enc, &media.schema)
+        {
+            sites.push(Site {
+                path: "body".to_owned(),
+                ty: if body.required {
+                    ty.clone()
+                } else {
+                    Ty::Option(Box::new(ty.clone()))
+                },
+                checks: space.checks(schema),
+                value: quote!(&input.body),
+            });
+        }
         let tokens = space.tokens(ty);
         (tokens.clone(), read(*enc, &tokens))
     } else {
@@ -620,6 +683,37 @@ fn request_body(
         decl: quote!(#doc pub body: #decl_ty,),
         read: quote!(body: #read,),
     })
+}
+
+/// Whether the body is required, and the media types the operation
+/// declares for it; `None` without a request body.
+fn media_check(op: &Operation) -> Option<(bool, Vec<String>)> {
+    let body = op.request_body.as_ref()?;
+    let mut accepted: Vec<String> = Vec::new();
+    for media in &body.media {
+        let essence = media.media_type.split(';').next().unwrap_or("").trim();
+        if !essence.is_empty() && !accepted.iter().any(|a| a.eq_ignore_ascii_case(essence)) {
+            accepted.push(essence.to_owned());
+        }
+    }
+    (!accepted.is_empty()).then_some((body.required, accepted))
+}
+
+/// The media types the operation answers in, when one of its responses
+/// declares several (only then can `Accept` rule one out).
+fn acceptable_check(op: &Operation) -> Option<Vec<String>> {
+    let several = op.responses.iter().any(|r| r.media.len() > 1);
+    if !several {
+        return None;
+    }
+    let mut offered: Vec<String> = Vec::new();
+    for media in op.responses.iter().flat_map(|r| r.media.iter()) {
+        let essence = media.media_type.split(';').next().unwrap_or("").trim();
+        if !essence.is_empty() && !offered.iter().any(|o| o.eq_ignore_ascii_case(essence)) {
+            offered.push(essence.to_owned());
+        }
+    }
+    Some(offered)
 }
 
 /// One documented response of the reply enum.
@@ -960,6 +1054,16 @@ fn phased(
     }
     let name = &op.name;
     let template = &op.path;
+    // The live request's content type, before the claim: a resumed one has
+    // no headers left to check.
+    let validate = media_check(op).map(|(required, accepted)| {
+        quote! {
+            fn validate(&self, parts: &::idem_runtime::http::request::Parts, body: &[u8]) -> ::std::result::Result<(), ::std::boxed::Box<#rt::Reply>> {
+                #rt::api::media_type(parts, !body.is_empty(), #required, &[#(#accepted),*])
+                    .map_err(|rejection| ::std::boxed::Box::new(rejection.into_reply()))
+            }
+        }
+    });
     let (read, pass) = match input {
         Some(_) => (
             quote! {
@@ -992,6 +1096,8 @@ fn phased(
             fn name(&self) -> &'static str {
                 #name
             }
+
+            #validate
 
             fn run<'a>(&'a self, run: &'a mut #rt::Run<DB>) -> #rt::BoxFuture<'a, ::std::result::Result<#rt::Reply, #rt::StepError>> {
                 ::std::boxed::Box::pin(async move {

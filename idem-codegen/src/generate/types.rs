@@ -17,7 +17,7 @@ use quote::{format_ident, quote};
 use super::naming::{self, Namer};
 use crate::model::Model;
 use crate::model::schema::{
-    IntegerFormat, Kind, NumberFormat, Object, Schema, SchemaRef, StringFormat,
+    Constraints, IntegerFormat, Kind, NumberFormat, Object, Schema, SchemaRef, StringFormat,
 };
 use crate::source::Pos;
 
@@ -38,6 +38,16 @@ pub(crate) enum Ty {
     Value,
     /// Raw bytes.
     Bytes,
+    /// `format: date-time`: a UTC timestamp.
+    DateTime,
+    /// `format: date`.
+    Date,
+    /// `format: uuid`.
+    Uuid,
+    /// `format: ipv4`.
+    Ipv4,
+    /// `format: ipv6`.
+    Ipv6,
     /// JSON `null`.
     Unit,
     Vec(Box<Ty>),
@@ -53,6 +63,29 @@ pub(crate) struct TypeDef {
     pub(crate) doc: String,
     pub(crate) deprecated: bool,
     pub(crate) body: Body,
+    /// The keywords of the schema itself: for an alias, what every use
+    /// checks; for a struct, its property counts.
+    pub(crate) checks: Checks,
+}
+
+/// The validation keywords a value of some [`Ty`] is checked against, and
+/// those of its items or map values.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Checks {
+    pub(crate) constraints: Option<Constraints>,
+    /// `const`, as JSON.
+    pub(crate) constant: Option<serde_json::Value>,
+    pub(crate) items: Option<Box<Checks>>,
+    pub(crate) values: Option<Box<Checks>>,
+}
+
+impl Checks {
+    fn is_empty(&self) -> bool {
+        self.constraints.is_none()
+            && self.constant.is_none()
+            && self.items.is_none()
+            && self.values.is_none()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -63,6 +96,8 @@ pub(crate) enum Body {
         fields: Vec<Field>,
         /// `additionalProperties` beside the fixed properties.
         extra: Option<Ty>,
+        /// `additionalProperties: false`.
+        closed: bool,
     },
     Enum(Vec<(String, String)>),
     IntegerEnum(Vec<i64>),
@@ -82,6 +117,9 @@ pub(crate) struct Field {
     pub(crate) ty: Ty,
     /// Absent from the wire is allowed (`Option`, skipped when `None`).
     pub(crate) optional: bool,
+    /// `null` is a value of its schema.
+    pub(crate) nullable: bool,
+    pub(crate) checks: Checks,
     pub(crate) doc: String,
     pub(crate) deprecated: bool,
 }
@@ -92,6 +130,7 @@ pub(crate) struct Variant {
     pub(crate) ty: Ty,
     /// Discriminator values selecting this variant.
     pub(crate) tags: Vec<String>,
+    pub(crate) checks: Checks,
 }
 
 /// Every type of one generated API.
@@ -105,7 +144,36 @@ pub(crate) struct TypeSpace<'m> {
     /// the model (which outlives the space): the client and the server ask
     /// for the same body and get the same type.
     inline: std::collections::HashMap<usize, usize>,
+    /// Which definitions get a `Validate` implementation (known once
+    /// [`TypeSpace::finish`] ran).
+    validated: Vec<bool>,
+    /// What generation could not honour exactly, each with its location,
+    /// once (a `pattern` that is not ECMA-262).
+    pub(crate) notes: Vec<String>,
+    noted: std::collections::HashSet<Pos>,
+    /// Checks of operation inputs, written once every type is known.
+    deferred: Vec<Deferred>,
 }
+
+/// One value an operation checks: where it is reported, its type, its
+/// keywords and the expression (of type `&T`) reading it.
+#[derive(Debug, Clone)]
+pub(crate) struct Site {
+    pub(crate) path: String,
+    pub(crate) ty: Ty,
+    pub(crate) checks: Checks,
+    pub(crate) value: TokenStream,
+}
+
+/// The checks of one operation's inputs: the sites, and what to do with the
+/// finished validator `v` (refuse with `400`, or keep the request unsent).
+#[derive(Debug, Clone)]
+struct Deferred {
+    sites: Vec<Site>,
+    finish: TokenStream,
+}
+
+const DEFERRED: &str = "__idem_deferred_check_";
 
 /// Names the generated code itself defines next to the API's types.
 pub(crate) const RESERVED_TYPES: &[&str] = &["Client", "Error", "Result", "Api"];
@@ -119,6 +187,10 @@ impl<'m> TypeSpace<'m> {
             named: vec![None; model.schemas.named.len()],
             pending: Vec::new(),
             inline: std::collections::HashMap::new(),
+            validated: Vec::new(),
+            notes: Vec::new(),
+            noted: std::collections::HashSet::new(),
+            deferred: Vec::new(),
         };
         // Named schemas claim their names before any inline type does.
         for index in 0..model.schemas.named.len() {
@@ -144,6 +216,7 @@ impl<'m> TypeSpace<'m> {
             }
         }
         self.settle();
+        self.mark_validated();
     }
 
     fn named_def(&mut self, id: SchemaRef) -> usize {
@@ -162,6 +235,7 @@ impl<'m> TypeSpace<'m> {
             doc: String::new(),
             deprecated: false,
             body: Body::Pending,
+            checks: Checks::default(),
         });
         if let Some(slot) = self.named.get_mut(id.0) {
             *slot = Some(def);
@@ -189,7 +263,12 @@ impl<'m> TypeSpace<'m> {
             Kind::Ref(id) => Ty::Def(self.named_def(*id)),
             Kind::String(format) => match format {
                 StringFormat::Binary => Ty::Bytes,
-                _ => Ty::String,
+                StringFormat::DateTime => Ty::DateTime,
+                StringFormat::Date => Ty::Date,
+                StringFormat::Uuid => Ty::Uuid,
+                StringFormat::Ipv4 => Ty::Ipv4,
+                StringFormat::Ipv6 => Ty::Ipv6,
+                StringFormat::Plain | StringFormat::Byte => Ty::String,
             },
             Kind::Integer(format) => match format {
                 IntegerFormat::Int32 => Ty::I32,
@@ -224,6 +303,7 @@ impl<'m> TypeSpace<'m> {
                     doc: String::new(),
                     deprecated: false,
                     body: Body::Pending,
+                    checks: Checks::default(),
                 });
                 self.inline.insert(address, index);
                 let def = self.define(schema, &name);
@@ -268,7 +348,13 @@ impl<'m> TypeSpace<'m> {
                     };
                     let ident = namer.unique(&base);
                     let ty = self.ty(variant, &format!("{name}{ident}"));
-                    out.push(Variant { ident, ty, tags });
+                    let checks = self.checks(variant);
+                    out.push(Variant {
+                        ident,
+                        ty,
+                        tags,
+                        checks,
+                    });
                 }
                 Body::OneOf {
                     variants: out,
@@ -279,11 +365,48 @@ impl<'m> TypeSpace<'m> {
             // schema are made optional where they are used (see `ty`).
             _ => Body::Alias(self.bare(schema, &format!("{name}Inner"))),
         };
+        let checks = self.checks(schema);
         TypeDef {
             name: name.to_owned(),
             doc: self.doc(schema),
             deprecated: schema.deprecated,
             body,
+            checks,
+        }
+    }
+
+    /// The keywords `schema` puts on its value (not those of the named
+    /// schemas it refers to: their definitions carry them).
+    pub(crate) fn checks(&mut self, schema: &Schema) -> Checks {
+        let mut constraints = schema.constraints.as_deref().cloned();
+        if let Some(c) = constraints.as_mut()
+            && let Some((pattern, pos)) = c.pattern.clone()
+            && idem_runtime::validate::compile(&pattern).is_none()
+        {
+            c.pattern = None;
+            if self.noted.insert(pos) {
+                let at = self.location(pos);
+                self.notes.push(format!(
+                    "{at}: the pattern `{pattern}` is not an ECMA-262 regular expression; \
+                     values are not checked against it"
+                ));
+            }
+        }
+        let constant = match &schema.kind {
+            Kind::Const(value) => Some(value.clone()),
+            _ => None,
+        };
+        let nested = |checks: Checks| (!checks.is_empty()).then(|| Box::new(checks));
+        let (items, values) = match &schema.kind {
+            Kind::Array(items) => (nested(self.checks(items)), None),
+            Kind::Map(values) => (None, nested(self.checks(values))),
+            _ => (None, None),
+        };
+        Checks {
+            constraints: constraints.filter(|c| *c != Constraints::default()),
+            constant,
+            items,
+            values,
         }
     }
 
@@ -313,14 +436,17 @@ impl<'m> TypeSpace<'m> {
             let ident = namer.unique(&naming::snake(&property.name, "value"));
             let context = format!("{name}{}", naming::camel(&property.name, "Value"));
             let ty = self.ty(&property.schema, &context);
+            let nullable = matches!(ty, Ty::Option(_) | Ty::Value | Ty::Unit);
             fields.push(Field {
                 ident,
                 wire: property.name.clone(),
                 optional: !property.required || matches!(ty, Ty::Option(_)),
+                nullable,
                 ty: match ty {
                     Ty::Option(inner) => *inner,
                     other => other,
                 },
+                checks: self.checks(&property.schema),
                 doc: self.doc(&property.schema),
                 deprecated: property.schema.deprecated,
             });
@@ -329,7 +455,11 @@ impl<'m> TypeSpace<'m> {
             .additional
             .as_ref()
             .map(|values| self.ty(values, &format!("{name}Extra")));
-        Body::Struct { fields, extra }
+        Body::Struct {
+            fields,
+            extra,
+            closed: object.closed,
+        }
     }
 
     /// The doc text of a schema: title, description, and what the type
@@ -345,9 +475,6 @@ impl<'m> TypeSpace<'m> {
             parts.push(description.clone());
         }
         let note = match &schema.kind {
-            Kind::String(StringFormat::DateTime) => Some("An RFC 3339 date-time.".to_owned()),
-            Kind::String(StringFormat::Date) => Some("An RFC 3339 full date.".to_owned()),
-            Kind::String(StringFormat::Uuid) => Some("A UUID.".to_owned()),
             Kind::String(StringFormat::Byte) => Some("Base64-encoded bytes.".to_owned()),
             Kind::Const(value) => Some(format!("Always `{value}`.")),
             Kind::Any => Some("Free-form JSON: the spec does not constrain it.".to_owned()),
@@ -414,7 +541,7 @@ impl<'m> TypeSpace<'m> {
             .map(|d| {
                 let mut out = Vec::new();
                 match &d.body {
-                    Body::Struct { fields, extra } => {
+                    Body::Struct { fields, extra, .. } => {
                         for f in fields {
                             reached(&f.ty, false, &mut out);
                         }
@@ -485,6 +612,13 @@ impl<'m> TypeSpace<'m> {
             Ty::F64 => quote!(f64),
             Ty::Value => quote!(::idem_runtime::serde_json::Value),
             Ty::Bytes => quote!(::idem_runtime::bytes::Bytes),
+            Ty::DateTime => {
+                quote!(::idem_runtime::chrono::DateTime<::idem_runtime::chrono::Utc>)
+            }
+            Ty::Date => quote!(::idem_runtime::chrono::NaiveDate),
+            Ty::Uuid => quote!(::idem_runtime::uuid::Uuid),
+            Ty::Ipv4 => quote!(::std::net::Ipv4Addr),
+            Ty::Ipv6 => quote!(::std::net::Ipv6Addr),
             Ty::Unit => quote!(()),
             Ty::Vec(inner) => {
                 let inner = self.tokens(inner);
@@ -505,13 +639,411 @@ impl<'m> TypeSpace<'m> {
         }
     }
 
-    /// Every definition, sorted by name.
+    /// Every definition, sorted by name, each followed by its `Validate`
+    /// implementation where its schema has keywords to check.
     pub(crate) fn render(&self) -> TokenStream {
-        let mut sorted: BTreeMap<&str, &TypeDef> = BTreeMap::new();
-        for def in &self.defs {
-            sorted.insert(&def.name, def);
+        let mut sorted: BTreeMap<&str, usize> = BTreeMap::new();
+        for (index, def) in self.defs.iter().enumerate() {
+            sorted.insert(&def.name, index);
         }
-        sorted.values().map(|d| self.render_def(d)).collect()
+        sorted
+            .values()
+            .filter_map(|i| self.defs.get(*i).map(|d| (*i, d)))
+            .map(|(i, d)| {
+                let def = self.render_def(d);
+                let validate = self.render_validate(i, d);
+                quote!(#def #validate)
+            })
+            .collect()
+    }
+
+    /// A placeholder for the checks of `sites`, which [`TypeSpace::resolve`]
+    /// replaces once every type is known: nothing when none of them has
+    /// anything to check, else a block that validates them into `v` and
+    /// ends with `finish`.
+    pub(crate) fn defer(&mut self, sites: Vec<Site>, finish: TokenStream) -> TokenStream {
+        let index = self.deferred.len();
+        self.deferred.push(Deferred { sites, finish });
+        let placeholder = format_ident!("{DEFERRED}{index}");
+        quote!(#placeholder)
+    }
+
+    /// `tokens` with every placeholder of [`TypeSpace::defer`] replaced.
+    pub(crate) fn resolve(&self, tokens: TokenStream) -> TokenStream {
+        use proc_macro2::{Group, TokenTree};
+        tokens
+            .into_iter()
+            .flat_map(|tree| -> Vec<TokenTree> {
+                match tree {
+                    TokenTree::Group(group) => {
+                        let mut out = Group::new(group.delimiter(), self.resolve(group.stream()));
+                        out.set_span(group.span());
+                        vec![TokenTree::Group(out)]
+                    }
+                    TokenTree::Ident(ident) => {
+                        let text = ident.to_string();
+                        match text
+                            .strip_prefix(DEFERRED)
+                            .and_then(|n| n.parse::<usize>().ok())
+                            .and_then(|n| self.deferred.get(n))
+                        {
+                            Some(deferred) => self.render_deferred(deferred).into_iter().collect(),
+                            None => vec![TokenTree::Ident(ident)],
+                        }
+                    }
+                    other => vec![other],
+                }
+            })
+            .collect()
+    }
+
+    fn render_deferred(&self, deferred: &Deferred) -> TokenStream {
+        let mut body = TokenStream::new();
+        for site in &deferred.sites {
+            let stmts = self.check_value(&site.ty, &site.checks, &site.value);
+            if !stmts.is_empty() {
+                let path = &site.path;
+                let stmts = closure(&stmts);
+                body.extend(quote!(v.at(#path, #stmts);));
+            }
+        }
+        if body.is_empty() {
+            return body;
+        }
+        let finish = &deferred.finish;
+        quote! {
+            let mut v = ::idem_runtime::validate::Validator::new("");
+            #body
+            #finish
+        }
+    }
+
+    /// Marks the definitions whose values have something to check: their
+    /// own keywords, or a part that has (computed to a fixed point, so
+    /// recursive types settle).
+    fn mark_validated(&mut self) {
+        self.validated = vec![false; self.defs.len()];
+        loop {
+            let mut changed = false;
+            for index in 0..self.defs.len() {
+                if self.validated.get(index).copied().unwrap_or(true) {
+                    continue;
+                }
+                let needs = self.defs.get(index).is_some_and(|d| self.def_needs(d));
+                if needs {
+                    if let Some(flag) = self.validated.get_mut(index) {
+                        *flag = true;
+                    }
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+
+    fn def_needs(&self, def: &TypeDef) -> bool {
+        match &def.body {
+            Body::Struct { fields, extra, .. } => {
+                property_counts(&def.checks).is_some()
+                    || fields.iter().any(|f| self.needs(&f.ty, &f.checks))
+                    || extra
+                        .as_ref()
+                        .is_some_and(|ty| self.needs(ty, &Checks::default()))
+            }
+            Body::OneOf { variants, .. } => variants.iter().any(|v| self.needs(&v.ty, &v.checks)),
+            Body::Newtype(ty) => self.needs(ty, &def.checks),
+            _ => false,
+        }
+    }
+
+    /// Whether a value of `ty` checked against `checks` has anything to check.
+    fn needs(&self, ty: &Ty, checks: &Checks) -> bool {
+        match ty {
+            Ty::Option(inner) | Ty::Boxed(inner) => self.needs(inner, checks),
+            Ty::Def(index) => match self.defs.get(*index) {
+                Some(TypeDef {
+                    body: Body::Alias(inner),
+                    checks: own,
+                    ..
+                }) => self.needs(inner, checks) || self.needs(inner, own),
+                Some(_) => self.validated.get(*index).copied().unwrap_or(false),
+                None => false,
+            },
+            Ty::Vec(item) => {
+                let c = checks.constraints.as_ref();
+                c.is_some_and(|c| c.min_items.is_some() || c.max_items.is_some() || c.unique_items)
+                    || self.needs(item, checks.items.as_deref().unwrap_or(&Checks::default()))
+            }
+            Ty::Map(value) => {
+                property_counts(checks).is_some()
+                    || self.needs(
+                        value,
+                        checks.values.as_deref().unwrap_or(&Checks::default()),
+                    )
+            }
+            Ty::String => {
+                checks.constant.is_some()
+                    || checks.constraints.as_ref().is_some_and(|c| {
+                        c.min_length.is_some() || c.max_length.is_some() || c.pattern.is_some()
+                    })
+            }
+            Ty::I32 | Ty::I64 | Ty::U32 | Ty::U64 | Ty::F32 | Ty::F64 => {
+                checks.constant.is_some()
+                    || checks.constraints.as_ref().is_some_and(|c| {
+                        c.minimum.is_some() || c.maximum.is_some() || c.multiple_of.is_some()
+                    })
+            }
+            Ty::Bool => checks.constant.is_some(),
+            _ => false,
+        }
+    }
+
+    /// Statements checking `value` (an expression of type `&T` for `ty`)
+    /// against `checks`, reporting to `v`; empty when there is nothing to
+    /// check.
+    pub(crate) fn check_value(&self, ty: &Ty, checks: &Checks, value: &TokenStream) -> Vec<Stmt> {
+        match ty {
+            Ty::Option(inner) => {
+                let inner = self.check_value(inner, checks, &quote!(value));
+                if inner.is_empty() {
+                    return inner;
+                }
+                let inner = block(&inner);
+                vec![Stmt::block(
+                    quote!(if let ::std::option::Option::Some(value) = #value { #inner }),
+                )]
+            }
+            Ty::Boxed(inner) => self.check_value(inner, checks, &quote!(&**#value)),
+            Ty::Def(index) => match self.defs.get(*index) {
+                Some(TypeDef {
+                    body: Body::Alias(inner),
+                    checks: own,
+                    ..
+                }) => {
+                    let mut out = self.check_value(inner, own, value);
+                    out.extend(self.check_value(inner, checks, value));
+                    out
+                }
+                Some(_) if self.validated.get(*index).copied().unwrap_or(false) => {
+                    vec![Stmt::call(quote!(v.nested(#value)))]
+                }
+                _ => Vec::new(),
+            },
+            Ty::Vec(item) => {
+                let mut out = Vec::new();
+                if let Some(c) = &checks.constraints {
+                    if let Some(min) = c.min_items {
+                        let min = u64_lit(min);
+                        out.push(Stmt::call(quote!(v.min_items(#value, #min))));
+                    }
+                    if let Some(max) = c.max_items {
+                        let max = u64_lit(max);
+                        out.push(Stmt::call(quote!(v.max_items(#value, #max))));
+                    }
+                    if c.unique_items {
+                        out.push(Stmt::call(quote!(v.unique(#value))));
+                    }
+                }
+                let empty = Checks::default();
+                let item_checks = checks.items.as_deref().unwrap_or(&empty);
+                let inner = self.check_value(item, item_checks, &quote!(item));
+                if !inner.is_empty() {
+                    let nested_only = inner.len() == 1
+                        && inner
+                            .iter()
+                            .all(|s| s.tokens.to_string() == quote!(v.nested(item)).to_string());
+                    if nested_only {
+                        out.push(Stmt::call(quote!(v.each(#value))));
+                    } else {
+                        let inner = closure(&inner);
+                        out.push(Stmt::block(quote! {
+                            for (index, item) in #value.iter().enumerate() {
+                                v.index(index, #inner);
+                            }
+                        }));
+                    }
+                }
+                out
+            }
+            Ty::Map(item) => {
+                let mut out = Vec::new();
+                if let Some((min, max)) = property_counts(checks) {
+                    if let Some(min) = min {
+                        let min = u64_lit(min);
+                        out.push(Stmt::call(quote!(v.min_properties(#value.len(), #min))));
+                    }
+                    if let Some(max) = max {
+                        let max = u64_lit(max);
+                        out.push(Stmt::call(quote!(v.max_properties(#value.len(), #max))));
+                    }
+                }
+                let empty = Checks::default();
+                let item_checks = checks.values.as_deref().unwrap_or(&empty);
+                let inner = self.check_value(item, item_checks, &quote!(item));
+                if !inner.is_empty() {
+                    let inner = closure(&inner);
+                    out.push(Stmt::block(quote! {
+                        for (key, item) in #value {
+                            v.at(key, #inner);
+                        }
+                    }));
+                }
+                out
+            }
+            Ty::String => {
+                let mut out = Vec::new();
+                if let Some(c) = &checks.constraints {
+                    if let Some(min) = c.min_length {
+                        let min = u64_lit(min);
+                        out.push(Stmt::call(quote!(v.min_length(#value, #min))));
+                    }
+                    if let Some(max) = c.max_length {
+                        let max = u64_lit(max);
+                        out.push(Stmt::call(quote!(v.max_length(#value, #max))));
+                    }
+                    if let Some((pattern, _)) = &c.pattern {
+                        out.push(Stmt::call(quote!(v.pattern(#value, #pattern))));
+                    }
+                }
+                if let Some(serde_json::Value::String(expected)) = &checks.constant {
+                    let shown = serde_json::Value::from(expected.as_str()).to_string();
+                    out.push(Stmt::call(quote!(v.constant(#value == #expected, #shown))));
+                }
+                out
+            }
+            Ty::I32 | Ty::I64 | Ty::U32 | Ty::U64 | Ty::F32 | Ty::F64 => {
+                let mut out = Vec::new();
+                let value = &copied(value);
+                if let Some(c) = &checks.constraints {
+                    if let Some(b) = c.minimum {
+                        let bound = f64_lit(b.value);
+                        out.push(Stmt::call(if b.exclusive {
+                            quote!(v.exclusive_minimum(#value, #bound))
+                        } else {
+                            quote!(v.minimum(#value, #bound))
+                        }));
+                    }
+                    if let Some(b) = c.maximum {
+                        let bound = f64_lit(b.value);
+                        out.push(Stmt::call(if b.exclusive {
+                            quote!(v.exclusive_maximum(#value, #bound))
+                        } else {
+                            quote!(v.maximum(#value, #bound))
+                        }));
+                    }
+                    if let Some(m) = c.multiple_of {
+                        let m = f64_lit(m);
+                        out.push(Stmt::call(quote!(v.multiple_of(#value, #m))));
+                    }
+                }
+                if let Some(serde_json::Value::Number(n)) = &checks.constant {
+                    let shown = n.to_string();
+                    let expected = match ty {
+                        Ty::F32 | Ty::F64 => f64_lit(n.as_f64().unwrap_or(0.0)),
+                        _ => shown.parse().unwrap_or_else(|_| quote!(0)),
+                    };
+                    let cast = match ty {
+                        Ty::F32 => quote!(f64::from(#value)),
+                        _ => quote!(#value),
+                    };
+                    out.push(Stmt::call(quote!(v.constant(#cast == #expected, #shown))));
+                }
+                out
+            }
+            Ty::Bool => match &checks.constant {
+                Some(serde_json::Value::Bool(true)) => {
+                    vec![Stmt::call(quote!(v.constant(*#value, "true")))]
+                }
+                Some(serde_json::Value::Bool(false)) => {
+                    vec![Stmt::call(quote!(v.constant(!*#value, "false")))]
+                }
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    }
+
+    /// `impl Validate` for a definition that has something to check.
+    fn render_validate(&self, index: usize, def: &TypeDef) -> TokenStream {
+        if !self.validated.get(index).copied().unwrap_or(false) {
+            return TokenStream::new();
+        }
+        let name = ident(&def.name);
+        let body = match &def.body {
+            Body::Struct { fields, extra, .. } => {
+                let mut out = TokenStream::new();
+                if let Some((min, max)) = property_counts(&def.checks) {
+                    let required = fields.iter().filter(|f| !f.optional).count();
+                    let optional = fields.iter().filter(|f| f.optional).map(|f| {
+                        let field = ident(&f.ident);
+                        quote!(+ usize::from(self.#field.is_some()))
+                    });
+                    let extra = extra.as_ref().map(|_| quote!(+ self.extra.len()));
+                    out.extend(quote!(let present = #required #(#optional)* #extra;));
+                    if let Some(min) = min {
+                        let min = u64_lit(min);
+                        out.extend(quote!(v.min_properties(present, #min);));
+                    }
+                    if let Some(max) = max {
+                        let max = u64_lit(max);
+                        out.extend(quote!(v.max_properties(present, #max);));
+                    }
+                }
+                for f in fields {
+                    let field = ident(&f.ident);
+                    let ty = if f.optional {
+                        Ty::Option(Box::new(f.ty.clone()))
+                    } else {
+                        f.ty.clone()
+                    };
+                    let stmts = self.check_value(&ty, &f.checks, &quote!(&self.#field));
+                    if !stmts.is_empty() {
+                        let wire = &f.wire;
+                        let stmts = closure(&stmts);
+                        out.extend(quote!(v.at(#wire, #stmts);));
+                    }
+                }
+                if let Some(ty) = extra {
+                    let stmts = self.check_value(ty, &Checks::default(), &quote!(item));
+                    if !stmts.is_empty() {
+                        let stmts = closure(&stmts);
+                        out.extend(quote! {
+                            for (key, item) in &self.extra {
+                                v.at(key, #stmts);
+                            }
+                        });
+                    }
+                }
+                out
+            }
+            Body::OneOf { variants, .. } => {
+                let mut arms = Vec::new();
+                let mut rest = false;
+                for variant in variants {
+                    let stmts = self.check_value(&variant.ty, &variant.checks, &quote!(value));
+                    let vi = ident(&variant.ident);
+                    if stmts.is_empty() {
+                        rest = true;
+                    } else {
+                        let stmts = block(&stmts);
+                        arms.push(quote!(Self::#vi(value) => { #stmts }));
+                    }
+                }
+                let rest = rest.then(|| quote!(_ => {}));
+                quote!(match self { #(#arms)* #rest })
+            }
+            Body::Newtype(ty) => block(&self.check_value(ty, &def.checks, &quote!(&self.0))),
+            _ => TokenStream::new(),
+        };
+        quote! {
+            impl ::idem_runtime::validate::Validate for #name {
+                fn validate(&self, v: &mut ::idem_runtime::validate::Validator) {
+                    #body
+                }
+            }
+        }
     }
 
     fn render_def(&self, def: &TypeDef) -> TokenStream {
@@ -525,8 +1057,13 @@ impl<'m> TypeSpace<'m> {
         );
         match &def.body {
             Body::Pending => TokenStream::new(),
-            Body::Struct { fields, extra } => {
+            Body::Struct {
+                fields,
+                extra,
+                closed,
+            } => {
                 let all_optional = fields.iter().all(|f| f.optional) && extra.is_none();
+                let closed = closed.then(|| quote!(#[serde(deny_unknown_fields)]));
                 let default = all_optional.then(|| quote!(Default,));
                 let fields = fields.iter().map(|f| self.render_field(f));
                 let extra = extra.as_ref().map(|ty| {
@@ -542,6 +1079,7 @@ impl<'m> TypeSpace<'m> {
                     #deprecated
                     #[derive(Debug, Clone, PartialEq, #default #derive_serde)]
                     #serde
+                    #closed
                     pub struct #name {
                         #(#fields)*
                         #extra
@@ -613,10 +1151,14 @@ impl<'m> TypeSpace<'m> {
             (field.ident.trim_start_matches("r#") != wire).then(|| quote!(rename = #wire,));
         let ty = self.tokens(&field.ty);
         if field.optional {
+            // Absent reads as `None`; `null` only where the schema allows it
+            // (a server decodes strictly, a client leniently).
+            let non_null = (!field.nullable)
+                .then(|| quote!(deserialize_with = "::idem_runtime::codec::non_null",));
             quote! {
                 #doc
                 #deprecated
-                #[serde(#rename default, skip_serializing_if = "::std::option::Option::is_none")]
+                #[serde(#rename default, #non_null skip_serializing_if = "::std::option::Option::is_none")]
                 pub #ident: ::std::option::Option<#ty>,
             }
         } else {
@@ -693,6 +1235,89 @@ impl<'m> TypeSpace<'m> {
             }
         }
     }
+}
+
+/// One statement of a `validate` body: a call, or a block-like `if`/`for`
+/// (which takes no semicolon).
+#[derive(Debug, Clone)]
+pub(crate) struct Stmt {
+    tokens: TokenStream,
+    block_like: bool,
+}
+
+impl Stmt {
+    fn call(tokens: TokenStream) -> Self {
+        Stmt {
+            tokens,
+            block_like: false,
+        }
+    }
+
+    fn block(tokens: TokenStream) -> Self {
+        Stmt {
+            tokens,
+            block_like: true,
+        }
+    }
+}
+
+/// Statements as a block's contents.
+fn block(stmts: &[Stmt]) -> TokenStream {
+    stmts
+        .iter()
+        .map(|s| {
+            let tokens = &s.tokens;
+            if s.block_like {
+                tokens.clone()
+            } else {
+                quote!(#tokens;)
+            }
+        })
+        .collect()
+}
+
+/// Statements as the closure `v.at` runs: `|v| v.minimum(…)` for one call,
+/// `|v| { … }` for several.
+fn closure(stmts: &[Stmt]) -> TokenStream {
+    match stmts {
+        [one] => {
+            let tokens = &one.tokens;
+            quote!(|v| #tokens)
+        }
+        many => {
+            let body = block(many);
+            quote!(|v| { #body })
+        }
+    }
+}
+
+/// A number read from `value` (an expression of type `&T`): `self.amount`
+/// for `&self.amount`, `*value` for `value`.
+fn copied(value: &TokenStream) -> TokenStream {
+    let mut tokens = value.clone().into_iter();
+    match tokens.next() {
+        Some(proc_macro2::TokenTree::Punct(p)) if p.as_char() == '&' => tokens.collect(),
+        _ => quote!(*#value),
+    }
+}
+
+/// `minProperties` / `maxProperties` of `checks`, when either is set.
+fn property_counts(checks: &Checks) -> Option<(Option<u64>, Option<u64>)> {
+    let c = checks.constraints.as_ref()?;
+    if c.min_properties.is_none() && c.max_properties.is_none() {
+        return None;
+    }
+    Some((c.min_properties, c.max_properties))
+}
+
+fn u64_lit(n: u64) -> proc_macro2::Literal {
+    proc_macro2::Literal::u64_unsuffixed(n)
+}
+
+/// An `f64` literal that reads as the spec wrote it (`1.0`, `0.01`).
+fn f64_lit(n: f64) -> TokenStream {
+    let lit = proc_macro2::Literal::f64_unsuffixed(n);
+    quote!(#lit)
 }
 
 fn boxed(ty: Ty) -> Ty {

@@ -71,7 +71,37 @@ pub struct Schema {
     pub deprecated: bool,
     pub read_only: bool,
     pub write_only: bool,
+    /// The validation keywords beside the type (bounds, lengths, pattern,
+    /// item and property counts), when there are any.
+    pub constraints: Option<Box<Constraints>>,
     pub pos: Pos,
+}
+
+/// The JSON Schema validation keywords of one schema node, read as the
+/// spec's version means them (3.0's boolean `exclusiveMinimum` beside
+/// `minimum`, 3.1's numeric one).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Constraints {
+    pub minimum: Option<Bound>,
+    pub maximum: Option<Bound>,
+    pub multiple_of: Option<f64>,
+    /// In characters (Unicode code points), as JSON Schema counts them.
+    pub min_length: Option<u64>,
+    pub max_length: Option<u64>,
+    /// An ECMA-262 regular expression, unanchored, and where it is.
+    pub pattern: Option<(String, Pos)>,
+    pub min_items: Option<u64>,
+    pub max_items: Option<u64>,
+    pub unique_items: bool,
+    pub min_properties: Option<u64>,
+    pub max_properties: Option<u64>,
+}
+
+/// A numeric bound: the value, and whether it is itself excluded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bound {
+    pub value: f64,
+    pub exclusive: bool,
 }
 
 /// The shape of a schema.
@@ -115,6 +145,8 @@ pub struct Object {
     pub properties: Vec<Property>,
     /// `additionalProperties` beside fixed properties.
     pub additional: Option<Box<Schema>>,
+    /// `additionalProperties: false`: no property beyond the fixed ones.
+    pub closed: bool,
 }
 
 /// One property: its name as the spec spells it.
@@ -139,6 +171,8 @@ pub enum StringFormat {
     DateTime,
     Date,
     Uuid,
+    Ipv4,
+    Ipv6,
     /// Base64 text (`format: byte`).
     Byte,
     /// Raw bytes (`format: binary`).
@@ -378,6 +412,13 @@ impl<'d> SchemaBuilder<'d> {
                 schema: self.build(prop, depth + 1),
             });
         }
+        let closed = matches!(
+            node.get("additionalProperties"),
+            Some(Node {
+                value: Value::Bool(false),
+                ..
+            })
+        );
         let additional = match node.get("additionalProperties") {
             None
             | Some(Node {
@@ -392,6 +433,7 @@ impl<'d> SchemaBuilder<'d> {
             (false, additional) => Kind::Object(Object {
                 properties,
                 additional,
+                closed,
             }),
         }
     }
@@ -496,9 +538,12 @@ impl<'d> SchemaBuilder<'d> {
     /// One object from parts that are all objects (through references),
     /// or `None`.
     fn merge(&self, parts: &[Schema]) -> Option<Object> {
+        // `additionalProperties: false` in one part of an `allOf` would
+        // forbid the other parts' properties; the merge is left open.
         let mut merged = Object {
             properties: Vec::new(),
             additional: None,
+            closed: false,
         };
         for part in parts {
             let resolved = self.schemas.resolve(part);
@@ -536,6 +581,7 @@ fn plain(kind: Kind, pos: Pos) -> Schema {
         deprecated: false,
         read_only: false,
         write_only: false,
+        constraints: None,
         pos,
     }
 }
@@ -556,6 +602,79 @@ fn read_annotations(node: &Node, schema: &mut Schema) {
     schema.deprecated |= flag("deprecated");
     schema.read_only |= flag("readOnly");
     schema.write_only |= flag("writeOnly");
+    if let Some(constraints) = constraints(node) {
+        schema.constraints = Some(Box::new(constraints));
+    }
+}
+
+/// The validation keywords of `node`, or `None` when it has none.
+fn constraints(node: &Node) -> Option<Constraints> {
+    let number = |name: &str| node.get(name).and_then(number_of);
+    let count = |name: &str| {
+        node.get(name)
+            .and_then(number_of)
+            .filter(|n| *n >= 0.0 && n.fract() == 0.0)
+            .map(|n| n as u64)
+    };
+    // 3.0: `exclusiveMinimum: true` beside `minimum`; 3.1: the bound itself.
+    let bound = |inclusive: &str, exclusive: &str| {
+        let flag = node.get(exclusive).and_then(Node::as_bool);
+        let open = node.get(exclusive).and_then(number_of);
+        let closed = number(inclusive).map(|value| Bound {
+            value,
+            exclusive: flag == Some(true),
+        });
+        match (closed, open) {
+            (Some(c), Some(o)) => Some(tighter(
+                c,
+                Bound {
+                    value: o,
+                    exclusive: true,
+                },
+                inclusive,
+            )),
+            (c, None) => c,
+            (None, Some(o)) => Some(Bound {
+                value: o,
+                exclusive: true,
+            }),
+        }
+    };
+    let found = Constraints {
+        minimum: bound("minimum", "exclusiveMinimum"),
+        maximum: bound("maximum", "exclusiveMaximum"),
+        multiple_of: number("multipleOf").filter(|m| *m > 0.0),
+        min_length: count("minLength").filter(|n| *n > 0),
+        max_length: count("maxLength"),
+        pattern: node
+            .get("pattern")
+            .and_then(|p| Some((p.as_str()?.to_owned(), p.pos))),
+        min_items: count("minItems").filter(|n| *n > 0),
+        max_items: count("maxItems"),
+        unique_items: node.get("uniqueItems").and_then(Node::as_bool) == Some(true),
+        min_properties: count("minProperties").filter(|n| *n > 0),
+        max_properties: count("maxProperties"),
+    };
+    (found != Constraints::default()).then_some(found)
+}
+
+/// Of an inclusive and an exclusive bound on one side, the one that admits
+/// less.
+fn tighter(closed: Bound, open: Bound, side: &str) -> Bound {
+    let lower = side == "minimum";
+    let open_wins = if lower {
+        open.value >= closed.value
+    } else {
+        open.value <= closed.value
+    };
+    if open_wins { open } else { closed }
+}
+
+fn number_of(node: &Node) -> Option<f64> {
+    match &node.value {
+        Value::Number(n) => n.parse().ok().filter(|f: &f64| f.is_finite()),
+        _ => None,
+    }
 }
 
 /// The last segment of a reference, or its file's stem.
@@ -597,6 +716,8 @@ fn string_format(node: &Node) -> StringFormat {
         Some("date-time") => StringFormat::DateTime,
         Some("date") => StringFormat::Date,
         Some("uuid") => StringFormat::Uuid,
+        Some("ipv4") => StringFormat::Ipv4,
+        Some("ipv6") => StringFormat::Ipv6,
         Some("byte") => StringFormat::Byte,
         Some("binary") => StringFormat::Binary,
         _ => StringFormat::Plain,

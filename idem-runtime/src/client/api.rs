@@ -245,6 +245,7 @@ pub struct Request {
     cookies: Vec<String>,
     body: Option<Body>,
     problem: Option<String>,
+    invalid: Option<crate::validate::Violations>,
 }
 
 #[derive(Debug)]
@@ -272,7 +273,18 @@ impl Request {
             cookies: Vec::new(),
             body: None,
             problem: None,
+            invalid: None,
         }
+    }
+
+    /// Records what `validator` found: a request that breaks its schema is
+    /// never sent ([`ApiError::Invalid`]).
+    #[must_use]
+    pub fn validated(mut self, validator: crate::validate::Validator) -> Self {
+        if let Err(violations) = validator.finish() {
+            self.invalid = Some(violations);
+        }
+        self
     }
 
     fn fail(&mut self, what: impl fmt::Display) {
@@ -663,6 +675,10 @@ pub enum ApiError<E> {
     /// The request could not be encoded (a parameter or body that cannot be
     /// serialized, an invalid header value); nothing was sent.
     Encode(String),
+    /// The request breaks its schema (a bound, a length, a pattern, an item
+    /// count): checked before the first attempt, so nothing was sent and no
+    /// key was minted.
+    Invalid(crate::validate::Violations),
 }
 
 impl<E> ApiError<E> {
@@ -672,7 +688,7 @@ impl<E> ApiError<E> {
             ApiError::Status { status, .. }
             | ApiError::UnexpectedStatus { status, .. }
             | ApiError::Decode { status, .. } => Some(*status),
-            ApiError::Retry(_) | ApiError::Encode(_) => None,
+            ApiError::Retry(_) | ApiError::Encode(_) | ApiError::Invalid(_) => None,
         }
     }
 
@@ -714,6 +730,7 @@ impl<E: fmt::Debug> fmt::Display for ApiError<E> {
             }
             ApiError::Retry(e) => write!(f, "{e}"),
             ApiError::Encode(e) => write!(f, "the request could not be encoded: {e}"),
+            ApiError::Invalid(e) => write!(f, "the request breaks the API's schema: {e}"),
         }
     }
 }
@@ -774,6 +791,9 @@ impl<T, E> Call<'_, T, E> {
             key,
             decode,
         } = self;
+        if let Some(violations) = request.invalid.take() {
+            return Err(ApiError::Invalid(violations));
+        }
         if let Some(problem) = request.problem.take() {
             return Err(ApiError::Encode(problem));
         }

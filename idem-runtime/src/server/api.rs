@@ -33,8 +33,8 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 ///
 /// ```
 /// use idem_runtime::server::api::Rejection;
-/// let r = Rejection::invalid("query parameter `limit`", "invalid digit found in string");
-/// assert_eq!(r.body(), r#"{"code":"invalid_request","message":"query parameter `limit`: invalid digit found in string","field":"query parameter `limit`","retryable":false}"#);
+/// let r = Rejection::invalid("query.limit", "must be at least 1");
+/// assert_eq!(r.body(), r#"{"code":"invalid_request","message":"must be at least 1","field":"query.limit","retryable":false}"#);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
@@ -45,20 +45,38 @@ pub struct Rejection {
 }
 
 impl Rejection {
-    /// `400 invalid_request`: `field` (e.g. "query parameter `limit`") is
-    /// missing or malformed.
+    /// `400 invalid_request`: `field` (a path from the request's part:
+    /// `query.limit`, `body.items[0].amount`, `header.X-Account-Id`) is
+    /// missing or malformed, or breaks a keyword of its schema.
     pub fn invalid(field: &str, problem: impl fmt::Display) -> Self {
         Rejection {
-            status: StatusCode::BAD_REQUEST,
-            code: "invalid_request",
+            status: StatusCode::from_u16(crate::protocol::INVALID_REQUEST.status)
+                .unwrap_or(StatusCode::BAD_REQUEST),
+            code: crate::protocol::INVALID_REQUEST.code,
             field: Some(field.to_owned()),
-            message: format!("{field}: {problem}"),
+            message: problem.to_string(),
         }
     }
 
     /// `400 invalid_request`: a required `field` is absent.
     pub fn missing(field: &str) -> Self {
-        Rejection::invalid(field, "required, and missing")
+        Rejection::invalid(field, "is required")
+    }
+
+    /// `400 invalid_request` for the first keyword `violations` found broken.
+    pub fn violations(violations: &crate::validate::Violations) -> Self {
+        let first = violations.first();
+        Rejection::invalid(&first.field, &first.message)
+    }
+
+    /// A `status` refusal of the protocol, with its own code and `message`.
+    pub fn refusal(refusal: crate::protocol::Refusal, message: impl Into<String>) -> Self {
+        Rejection {
+            status: StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST),
+            code: refusal.code,
+            field: None,
+            message: message.into(),
+        }
     }
 
     /// `413 request_body_too_large`, as on keyed routes
@@ -72,16 +90,20 @@ impl Rejection {
         }
     }
 
-    /// `415 unsupported_media_type`: none of `accepted` matched.
+    /// `415 unsupported_media_type`: the body's type `found` (empty: none
+    /// was sent) is not one of `accepted`, which the message lists
+    /// ([`UNSUPPORTED_MEDIA_TYPE`](crate::protocol::UNSUPPORTED_MEDIA_TYPE)).
     pub fn media_type(found: &str, accepted: &[&str]) -> Self {
+        let sent = if found.is_empty() {
+            "the request body has no content type".to_owned()
+        } else {
+            format!("content type `{found}` is not accepted here")
+        };
         Rejection {
             status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            code: "unsupported_media_type",
-            field: Some("content-type".to_owned()),
-            message: format!(
-                "content type `{found}` is not accepted here; send one of: {}",
-                accepted.join(", ")
-            ),
+            code: crate::protocol::UNSUPPORTED_MEDIA_TYPE.code,
+            field: Some("header.Content-Type".to_owned()),
+            message: format!("{sent}; send one of: {}", accepted.join(", ")),
         }
     }
 
@@ -128,6 +150,92 @@ impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
         self.into_reply().into_response()
     }
+}
+
+/// Checks the request's `Content-Type` against the media types its
+/// operation declares for the body (`accepted`, as the spec writes them;
+/// `application/*` and `*/*` are ranges). A body without a content type, or
+/// in an undeclared one, is `415`; a content type that does not parse is
+/// `400`. A request without a body passes when the body is optional.
+pub fn media_type(
+    parts: &Parts,
+    has_body: bool,
+    body_required: bool,
+    accepted: &[&str],
+) -> Result<(), Rejection> {
+    let value = match parts.headers.get(header::CONTENT_TYPE) {
+        Some(value) => value,
+        None if !has_body && !body_required => return Ok(()),
+        None => return Err(Rejection::media_type("", accepted)),
+    };
+    let malformed = || Rejection::invalid("header.Content-Type", "is not a media type");
+    let sent: mime::Mime = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(malformed)?;
+    let matches = accepted.iter().any(|declared| {
+        let Ok(declared) = declared.parse::<mime::Mime>() else {
+            return false;
+        };
+        (declared.type_() == mime::STAR || declared.type_() == sent.type_())
+            && (declared.subtype() == mime::STAR
+                || (declared.subtype() == sent.subtype() && declared.suffix() == sent.suffix()))
+    });
+    if matches {
+        Ok(())
+    } else {
+        Err(Rejection::media_type(sent.essence_str(), accepted))
+    }
+}
+
+/// Checks the caller's `Accept` against the media types the operation
+/// answers in (`offered`): `406` when it excludes all of them. Generated
+/// routers call this only where a response declares several types; with
+/// one, it is served as declared whatever `Accept` says.
+pub fn acceptable(parts: &Parts, offered: &[&str]) -> Result<(), Rejection> {
+    let ranges: Vec<(mime::Mime, bool)> = parts
+        .headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|range| range.trim().parse::<mime::Mime>().ok())
+        .map(|range| {
+            let refused = range
+                .get_param("q")
+                .and_then(|q| q.as_str().parse::<f32>().ok())
+                .is_some_and(|q| q <= 0.0);
+            (range, refused)
+        })
+        .collect();
+    if ranges.is_empty() {
+        return Ok(());
+    }
+    let fits = |offer: &mime::Mime| {
+        ranges.iter().any(|(range, refused)| {
+            !refused
+                && (range.type_() == mime::STAR
+                    || (range.type_() == offer.type_()
+                        && (range.subtype() == mime::STAR || range.subtype() == offer.subtype())))
+        })
+    };
+    if offered
+        .iter()
+        .filter_map(|o| o.parse::<mime::Mime>().ok())
+        .any(|o| fits(&o))
+    {
+        return Ok(());
+    }
+    Err(Rejection {
+        status: StatusCode::NOT_ACCEPTABLE,
+        code: crate::protocol::NOT_ACCEPTABLE.code,
+        field: Some("header.Accept".to_owned()),
+        message: format!(
+            "none of the accepted types is one this operation answers in: {}",
+            offered.join(", ")
+        ),
+    })
 }
 
 /// `404 not_found`, as JSON: the fallback of generated routers.
@@ -187,7 +295,7 @@ struct Deadline(Instant);
 pub async fn deadlines(mut request: Request, next: axum::middleware::Next) -> Response {
     let timeout = match crate::context::inbound_timeout(request.headers()) {
         Ok(t) => t,
-        Err(e) => return Rejection::invalid(&format!("header `{}`", e.header), &e).into_response(),
+        Err(e) => return Rejection::invalid(&format!("header.{}", e.header), &e).into_response(),
     };
     let Some(left) = timeout else {
         return crate::context::serving(crate::context::Inbound::new(None), next.run(request))
@@ -369,6 +477,11 @@ impl Inbound {
         })
     }
 
+    /// The request head.
+    pub fn parts(&self) -> &Parts {
+        &self.parts
+    }
+
     /// The handler's [`Context`].
     pub fn context(&self) -> Context {
         Context {
@@ -378,7 +491,7 @@ impl Inbound {
 
     /// A path parameter.
     pub fn path<T: DeserializeOwned>(&self, name: &str) -> Result<T, Rejection> {
-        let field = || format!("path parameter `{name}`");
+        let field = || format!("path.{name}");
         let value = self
             .path
             .iter()
@@ -434,12 +547,12 @@ impl Inbound {
         };
         T::deserialize(node)
             .map(Some)
-            .map_err(|e| Rejection::invalid(&format!("query parameter `{name}`"), e))
+            .map_err(|e| Rejection::invalid(&format!("query.{name}"), e))
     }
 
     /// A header parameter, `None` when absent.
     pub fn header<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, Rejection> {
-        let field = || format!("header `{name}`");
+        let field = || format!("header.{name}");
         let values: Vec<String> = self
             .parts
             .headers
@@ -489,7 +602,7 @@ impl Inbound {
             None => Ok(None),
             Some(v) => T::deserialize(Node::Leaf(v))
                 .map(Some)
-                .map_err(|e| Rejection::invalid(&format!("cookie `{name}`"), e)),
+                .map_err(|e| Rejection::invalid(&format!("cookie.{name}"), e)),
         }
     }
 
@@ -511,14 +624,16 @@ impl Inbound {
     }
 
     /// The body as JSON.
+    /// Decoded [strictly](crate::codec::strictly): an explicit `null` for a
+    /// property whose schema is not nullable is refused.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, Rejection> {
         let de = &mut serde_json::Deserializer::from_slice(&self.body);
-        serde_path_to_error::deserialize(de).map_err(|e| {
+        crate::codec::strictly(|| serde_path_to_error::deserialize(de)).map_err(|e| {
             let path = e.path().to_string();
             let field = if path == "." {
                 "body".to_owned()
             } else {
-                format!("body field `{path}`")
+                format!("body.{path}")
             };
             Rejection::invalid(&field, e.into_inner())
         })
@@ -563,7 +678,7 @@ impl Inbound {
             let data = field
                 .bytes()
                 .await
-                .map_err(|e| Rejection::invalid(&format!("body part `{name}`"), e.body_text()))?;
+                .map_err(|e| Rejection::invalid(&format!("body.{name}"), e.body_text()))?;
             let node = if is_file {
                 Node::Bytes(data)
             } else {

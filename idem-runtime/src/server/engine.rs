@@ -432,6 +432,28 @@ impl<DB: Backend> Idempotency<DB> {
         Ok(scope)
     }
 
+    /// The scope check of a route without a key: when the route declares
+    /// the scope extractor's header (`required_headers`, the header
+    /// parameters its spec marks required), the caller is identified and its
+    /// scope bounded exactly as on keyed routes (`401 caller_unidentified`,
+    /// `400 caller_scope_invalid`), so nothing is written under an empty or
+    /// malformed caller.
+    pub fn require_scope(
+        &self,
+        parts: &Parts,
+        required_headers: &[&str],
+    ) -> Result<(), IdempotencyError> {
+        let declared = self
+            .inner
+            .scope
+            .header()
+            .is_some_and(|h| required_headers.iter().any(|r| r.eq_ignore_ascii_case(h)));
+        if declared {
+            self.scope_of(parts)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn key_required(&self) -> bool {
         self.inner.policy.key == KeyRequirement::Required
     }

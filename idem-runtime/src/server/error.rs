@@ -307,8 +307,13 @@ impl IdempotencyError {
             | IdempotencyError::InvalidBodyKey { .. }
             | IdempotencyError::InvalidPathKey { .. } => protocol::KEY_INVALID.code,
             IdempotencyError::KeyUnknown => "idempotency_key_unknown",
-            IdempotencyError::ScopeRejected { .. } => "caller_unidentified",
-            IdempotencyError::InvalidScope { .. } => "caller_scope_invalid",
+            IdempotencyError::ScopeRejected { status, .. }
+                if *status == StatusCode::BAD_REQUEST =>
+            {
+                protocol::SCOPE_INVALID.code
+            }
+            IdempotencyError::ScopeRejected { .. } => protocol::SCOPE_MISSING.code,
+            IdempotencyError::InvalidScope { .. } => protocol::SCOPE_INVALID.code,
             IdempotencyError::BodyTooLarge { .. } => protocol::BODY_TOO_LARGE.code,
             IdempotencyError::BodyUnreadable => "request_body_unreadable",
             IdempotencyError::KeyInUse => protocol::KEY_IN_USE.code,

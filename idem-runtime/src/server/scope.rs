@@ -13,10 +13,21 @@ pub struct ScopeRejection {
 }
 
 impl ScopeRejection {
-    /// `401` with `message`.
+    /// `401 caller_unidentified` with `message`
+    /// ([`SCOPE_MISSING`](crate::protocol::SCOPE_MISSING)).
     pub fn unauthenticated(message: impl Into<String>) -> Self {
         ScopeRejection {
             status: StatusCode::UNAUTHORIZED,
+            message: message.into(),
+        }
+    }
+
+    /// `400 caller_scope_invalid` with `message`
+    /// ([`SCOPE_INVALID`](crate::protocol::SCOPE_INVALID)): the caller named
+    /// itself, wrongly.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ScopeRejection {
+            status: StatusCode::BAD_REQUEST,
             message: message.into(),
         }
     }
@@ -41,6 +52,13 @@ impl ScopeRejection {
 pub trait ScopeExtractor: Send + Sync + 'static {
     /// The scope of this request.
     fn scope(&self, parts: &Parts) -> Result<String, ScopeRejection>;
+
+    /// The request header the scope is read from, when it is one: routes
+    /// without a key that declare this header as required check it the same
+    /// way, so no route stores anything under an empty caller.
+    fn header(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl<F> ScopeExtractor for F
@@ -64,7 +82,9 @@ pub struct HeaderScope {
 }
 
 impl HeaderScope {
-    /// Reads `name` (case-insensitive); a request without it is answered `401`.
+    /// Reads `name` (case-insensitive). A request without it is answered
+    /// `401 caller_unidentified`; an empty or non-ASCII value `400
+    /// caller_scope_invalid`.
     pub fn new(name: &str) -> Self {
         HeaderScope {
             name: name.to_ascii_lowercase(),
@@ -76,11 +96,23 @@ impl ScopeExtractor for HeaderScope {
     fn scope(&self, parts: &Parts) -> Result<String, ScopeRejection> {
         match parts.headers.get(self.name.as_str()).map(|v| v.to_str()) {
             Some(Ok(value)) if !value.is_empty() => Ok(value.to_owned()),
-            _ => Err(ScopeRejection::unauthenticated(format!(
+            Some(Ok(_)) => Err(ScopeRejection::invalid(format!(
+                "the caller's scope is empty (an empty {} header)",
+                self.name
+            ))),
+            Some(Err(_)) => Err(ScopeRejection::invalid(format!(
+                "the caller's scope is not visible ASCII (the {} header)",
+                self.name
+            ))),
+            None => Err(ScopeRejection::unauthenticated(format!(
                 "the caller could not be identified (missing {} header)",
                 self.name
             ))),
         }
+    }
+
+    fn header(&self) -> Option<&str> {
+        Some(&self.name)
     }
 }
 

@@ -12,6 +12,12 @@ pub mod payments {
     idem_runtime::include_api!("payments");
 }
 
+/// `fixtures/constraints.yaml`: every validation keyword, typed formats,
+/// and content negotiation.
+pub mod constraints {
+    idem_runtime::include_api!("constraints");
+}
+
 /// `fixtures/cratebase.yaml`.
 pub mod cratebase {
     idem_runtime::include_api!("cratebase");
