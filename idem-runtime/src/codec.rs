@@ -60,3 +60,37 @@ pub fn from_value<T: DeserializeOwned, E: Error>(value: Value) -> Result<T, E> {
 pub fn unexpected<E: Error>(expected: &str) -> E {
     E::custom(format!("the value matches no variant: expected {expected}"))
 }
+
+/// Rewrites every float in `value` with no fractional part (`1.0`, `2e3`)
+/// as an integer, as JSON Schema reads them; says whether any changed.
+///
+/// ```
+/// let mut v = serde_json::json!({"amount": 1.0, "rate": 0.5, "n": [2e3]});
+/// assert!(idem_runtime::codec::integral_floats_as_integers(&mut v));
+/// assert_eq!(v, serde_json::json!({"amount": 1, "rate": 0.5, "n": [2000]}));
+/// ```
+pub fn integral_floats_as_integers(value: &mut Value) -> bool {
+    let mut stack = vec![value];
+    let mut changed = false;
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Number(n) if n.is_f64() => {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                // Inside the range where an f64 holds every integer exactly.
+                if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        reason = "checked whole and in range"
+                    )]
+                    let whole = f as i64;
+                    *value = Value::from(whole);
+                    changed = true;
+                }
+            }
+            Value::Array(items) => stack.extend(items.iter_mut()),
+            Value::Object(map) => stack.extend(map.values_mut()),
+            _ => {}
+        }
+    }
+    changed
+}

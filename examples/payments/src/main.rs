@@ -61,8 +61,12 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
         /// The bank payouts go through.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "fake_bank")]
         bank_url: Option<String>,
+        /// Start the demo's fake bank in this process (always accepting) and
+        /// pay out through it: what a peer API tester runs against.
+        #[arg(long)]
+        fake_bank: bool,
         /// Replace the spec's resume schedule: backoff base in ms.
         #[arg(long, requires = "resume_attempts")]
         resume_base_ms: Option<u64>,
@@ -87,9 +91,23 @@ async fn main() -> ExitCode {
             database_url,
             listen,
             bank_url,
+            fake_bank,
             resume_base_ms,
             resume_attempts,
         }) => {
+            // Kept alive while serving.
+            let bank = if fake_bank {
+                match payments_demo::bank::Bank::start().await {
+                    Ok(bank) => Some(bank),
+                    Err(e) => {
+                        eprintln!("error: the fake bank did not start: {e:#}");
+                        return ExitCode::from(2);
+                    }
+                }
+            } else {
+                None
+            };
+            let bank_url = bank_url.or_else(|| bank.as_ref().map(|b| b.url().to_owned()));
             let resume = resume_base_ms.zip(resume_attempts).map(|(base, attempts)| {
                 let base = std::time::Duration::from_millis(base);
                 idem_runtime::server::ResumePolicy {

@@ -238,6 +238,17 @@ pub fn acceptable(parts: &Parts, offered: &[&str]) -> Result<(), Rejection> {
     })
 }
 
+/// The `400` of a body that did not decode, naming the field at `path`.
+fn body_rejection(path: &serde_path_to_error::Path, problem: &dyn fmt::Display) -> Rejection {
+    let path = path.to_string();
+    let field = if path == "." {
+        "body".to_owned()
+    } else {
+        format!("body.{path}")
+    };
+    Rejection::invalid(&field, problem)
+}
+
 /// `404 not_found`, as JSON: the fallback of generated routers.
 pub async fn not_found() -> Response {
     Rejection {
@@ -626,17 +637,24 @@ impl Inbound {
     /// The body as JSON.
     /// Decoded [strictly](crate::codec::strictly): an explicit `null` for a
     /// property whose schema is not nullable is refused.
+    ///
+    /// JSON Schema's `integer` is a mathematical one: `1.0` is the integer
+    /// 1. Bodies are read straight into their types; only one that fails is
+    /// read again with its whole-valued floats as integers, so the common
+    /// case costs nothing.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, Rejection> {
         let de = &mut serde_json::Deserializer::from_slice(&self.body);
-        crate::codec::strictly(|| serde_path_to_error::deserialize(de)).map_err(|e| {
-            let path = e.path().to_string();
-            let field = if path == "." {
-                "body".to_owned()
-            } else {
-                format!("body.{path}")
-            };
-            Rejection::invalid(&field, e.into_inner())
-        })
+        let first = match crate::codec::strictly(|| serde_path_to_error::deserialize(de)) {
+            Ok(value) => return Ok(value),
+            Err(e) => e,
+        };
+        if let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&self.body)
+            && crate::codec::integral_floats_as_integers(&mut value)
+        {
+            return crate::codec::strictly(|| serde_path_to_error::deserialize(value))
+                .map_err(|e| body_rejection(e.path(), e.inner()));
+        }
+        Err(body_rejection(first.path(), first.inner()))
     }
 
     /// The body as `application/x-www-form-urlencoded`, nested keys

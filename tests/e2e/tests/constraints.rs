@@ -310,6 +310,19 @@ async fn every_keyword_is_a_400_naming_the_field_before_the_claim() {
         assert_eq!(status, 201, "{engine}: {answer}");
         assert_eq!(answer["lines"][0]["sku"], "TEA-0001");
         assert_eq!((served.keys)().await, 1, "{engine}");
+        // `2.0` is the integer 2, as JSON Schema counts.
+        let whole = with("/lines/0/quantity", json!(2.0));
+        let (status, answer) = post_json(base, "ok-2", &whole).await;
+        assert_eq!(
+            (status, answer["lines"][0]["quantity"].clone()),
+            (201, json!(2))
+        );
+        let half = with("/lines/0/quantity", json!(2.5));
+        let (status, answer) = post_json(base, "bad-2", &half).await;
+        assert_eq!(
+            (status, answer["field"].clone()),
+            (400, json!("body.lines[0].quantity"))
+        );
     }
 }
 

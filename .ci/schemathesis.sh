@@ -1,0 +1,45 @@
+# Run by .ci/run: a peer API tester holds the generated payments server to its
+# own spec. Schemathesis (pinned, from PyPI) runs every check, the stateful
+# phase included, against `payments-demo serve` on SQLite with the demo's fake
+# bank; then the store is checked against what the server answered.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+st_version="4.32.5"
+venv="${IDEM_ST_VENV:-/tmp/idem-schemathesis}"
+if [ ! -x "$venv/bin/st" ]; then
+  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+    $sudo apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/pip" install --quiet "schemathesis==$st_version"
+fi
+
+cargo build --locked -q -p payments-demo
+work="$(mktemp -d /tmp/idem-st.XXXXXX)"
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+db="$work/payments.db"
+./target/debug/payments-demo serve --database-url "sqlite://$db?mode=rwc" \
+  --listen "127.0.0.1:$port" --fake-bank >"$work/server.log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+  sleep 0.1
+done
+
+# The caller's identity is a header, as an API key would be: every generated
+# request carries one, so scoping is exercised without guessing accounts.
+"$venv/bin/st" run fixtures/payments.yaml \
+  --url "http://127.0.0.1:$port" \
+  --header "X-Account-Id: acct-schemathesis" \
+  --checks all \
+  --max-examples "${IDEM_ST_EXAMPLES:-40}" \
+  --seed "${IDEM_ST_SEED:-7}" \
+  --output-sanitize false \
+  --report har --report-har-path "$work/run.har" \
+  --no-color
+
+python3 .ci/schemathesis_store.py "$work/run.har" "$db"
