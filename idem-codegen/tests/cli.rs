@@ -53,7 +53,7 @@ fn human_report_points_into_the_file() {
         "no colour when not on a terminal"
     );
     assert!(o.stdout.ends_with(
-        "summary: 5 operations, 4 state-changing, 1 keyed, 0 documented-unsafe; 3 errors, 4 warnings\n"
+        "summary: 5 operations, 4 state-changing, 1 keyed, 0 documented-unsafe; 3 errors, 5 warnings\n"
     ));
 }
 
@@ -111,7 +111,7 @@ fn json_report_has_the_documented_shape() {
             s["errors"].as_u64(),
             s["warnings"].as_u64()
         ),
-        (Some(5), Some(4), Some(3), Some(4))
+        (Some(5), Some(4), Some(3), Some(5))
     );
 }
 
@@ -125,7 +125,7 @@ fn sarif_report_is_code_scanning_shaped() {
     let rules = run["tool"]["driver"]["rules"].as_array().unwrap();
     assert_eq!(rules.len(), idem_codegen::audit::RULES.len());
     let results = run["results"].as_array().unwrap();
-    assert_eq!(results.len(), 7);
+    assert_eq!(results.len(), 8);
     for r in results {
         let index = r["ruleIndex"].as_u64().unwrap() as usize;
         assert_eq!(rules[index]["id"], r["ruleId"]);
@@ -208,7 +208,7 @@ fn github_annotations() {
             .lines()
             .filter(|l| l.starts_with("::warning "))
             .count(),
-        4
+        5
     );
     assert!(
         o.stdout
@@ -249,7 +249,7 @@ fn summary_counts_findings_per_rule_and_operation() {
         o.stdout
     );
     assert!(o.stdout.ends_with(
-        "summary: 5 operations, 4 state-changing, 1 keyed, 0 documented-unsafe; 3 errors, 4 warnings\n"
+        "summary: 5 operations, 4 state-changing, 1 keyed, 0 documented-unsafe; 3 errors, 5 warnings\n"
     ));
     let o = idem(&["audit", "--summary", &fixture("payments-clean.yaml")]);
     assert_eq!(o.code, EXIT_CLEAN);
@@ -333,14 +333,14 @@ fn baseline_hides_known_findings_and_fails_new_ones() {
     let spec = fixture("cratebase.yaml");
     let w = idem(&["audit", "--write-baseline", b, &spec]);
     assert_eq!(w.code, EXIT_CLEAN, "{}", w.stderr);
-    assert!(w.stderr.contains("recorded 7 finding(s)"));
+    assert!(w.stderr.contains("recorded 8 finding(s)"));
     let o = idem(&["audit", "--baseline", b, &spec]);
     assert_eq!(o.code, EXIT_CLEAN, "{}", o.stdout);
     assert!(
         o.stdout
-            .contains("7 known finding(s) from the baseline not shown")
+            .contains("8 known finding(s) from the baseline not shown")
     );
-    assert!(o.stdout.contains("0 errors, 0 warnings, 7 baselined"));
+    assert!(o.stdout.contains("0 errors, 0 warnings, 8 baselined"));
 
     // A new unsafe write fails even though the old ones are known; editing
     // the file (shifting every line) does not resurrect recorded findings.
@@ -363,7 +363,7 @@ fn baseline_hides_known_findings_and_fails_new_ones() {
     let fresh = v["diagnostics"].as_array().unwrap();
     assert_eq!(fresh.len(), 1);
     assert_eq!(fresh[0]["path"], "/v2/gift-cards");
-    assert_eq!(v["known"].as_array().unwrap().len(), 7);
+    assert_eq!(v["known"].as_array().unwrap().len(), 8);
 
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, "{not json").unwrap();

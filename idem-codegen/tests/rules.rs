@@ -133,6 +133,7 @@ rule_fixtures! {
     phases_without_key: "phases-without-key" => [
         (19, "IDEM012"), (31, "IDEM012"), (39, "IDEM012"), (52, "IDEM012"),
     ];
+    undeclared_protocol_refusals: "undeclared-protocol-refusals" => [(24, "IDEM013"), (35, "IDEM013")];
 }
 
 #[test]

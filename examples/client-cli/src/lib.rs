@@ -446,7 +446,7 @@ impl Client {
     pub fn create_charge(
         &self,
         body: &NewCharge,
-    ) -> ::idem_runtime::client::api::Call<'_, Charge, Problem> {
+    ) -> ::idem_runtime::client::api::Call<'_, Charge, CreateChargeError> {
         let mut request = ::idem_runtime::client::api::Request::new(
             ::idem_runtime::http::Method::POST,
             ::std::string::String::from("/charges"),
@@ -476,7 +476,7 @@ impl Client {
     pub fn create_note(
         &self,
         body: &CreateNoteBody,
-    ) -> ::idem_runtime::client::api::Call<'_, ::std::string::String, Problem> {
+    ) -> ::idem_runtime::client::api::Call<'_, ::std::string::String, CreateNoteError> {
         let mut request = ::idem_runtime::client::api::Request::new(
             ::idem_runtime::http::Method::POST,
             ::std::string::String::from("/notes"),
@@ -568,7 +568,7 @@ impl Client {
     pub fn create_upload(
         &self,
         body: &CreateUploadRequest,
-    ) -> ::idem_runtime::client::api::Call<'_, Upload, Problem> {
+    ) -> ::idem_runtime::client::api::Call<'_, Upload, CreateUploadError> {
         let mut request = ::idem_runtime::client::api::Request::new(
             ::idem_runtime::http::Method::POST,
             ::std::string::String::from("/uploads"),
@@ -635,6 +635,28 @@ fn decode_put_blob(
     }
 }
 
+/// A `503` response with its documented headers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateChargeErrorServiceUnavailable {
+    /// The `Retry-After` response header.
+    pub retry_after: ::std::option::Option<i64>,
+}
+
+/// The documented error responses.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CreateChargeError {
+    /// `400`
+    BadRequest,
+    /// `503`
+    ServiceUnavailable(CreateChargeErrorServiceUnavailable),
+    /// `504`
+    GatewayTimeout,
+    /// `409`
+    Conflict(Problem),
+    /// `422`
+    UnprocessableEntity(Problem),
+}
+
 /// `POST /charges`: its retry class, key and policy.
 const OP_CREATE_CHARGE: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
@@ -648,11 +670,23 @@ const OP_CREATE_CHARGE: ::idem_runtime::client::api::OperationSpec = ::idem_runt
 
 fn decode_create_charge(
     raw: &::idem_runtime::client::api::Raw,
-) -> ::std::result::Result<Charge, ::idem_runtime::client::api::ApiError<Problem>> {
+) -> ::std::result::Result<
+    Charge,
+    ::idem_runtime::client::api::ApiError<CreateChargeError>,
+> {
     match raw.status() {
         200 => ::std::result::Result::Ok(raw.json()?),
-        409 => raw.error(raw.json()?),
-        422 => raw.error(raw.json()?),
+        400 => raw.error(CreateChargeError::BadRequest),
+        503 => {
+            raw.error(
+                CreateChargeError::ServiceUnavailable(CreateChargeErrorServiceUnavailable {
+                    retry_after: raw.header("Retry-After"),
+                }),
+            )
+        }
+        504 => raw.error(CreateChargeError::GatewayTimeout),
+        409 => raw.error(CreateChargeError::Conflict(raw.json()?)),
+        422 => raw.error(CreateChargeError::UnprocessableEntity(raw.json()?)),
         _ => raw.unexpected(),
     }
 }
@@ -701,6 +735,28 @@ pub enum CreateNoteBody {
     Text(::std::string::String),
 }
 
+/// A `503` response with its documented headers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateNoteErrorServiceUnavailable {
+    /// The `Retry-After` response header.
+    pub retry_after: ::std::option::Option<i64>,
+}
+
+/// The documented error responses.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CreateNoteError {
+    /// `400`
+    BadRequest,
+    /// `503`
+    ServiceUnavailable(CreateNoteErrorServiceUnavailable),
+    /// `504`
+    GatewayTimeout,
+    /// `409`
+    Conflict(Problem),
+    /// `422`
+    UnprocessableEntity(Problem),
+}
+
 /// `POST /notes`: its retry class, key and policy.
 const OP_CREATE_NOTE: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
@@ -716,12 +772,21 @@ fn decode_create_note(
     raw: &::idem_runtime::client::api::Raw,
 ) -> ::std::result::Result<
     ::std::string::String,
-    ::idem_runtime::client::api::ApiError<Problem>,
+    ::idem_runtime::client::api::ApiError<CreateNoteError>,
 > {
     match raw.status() {
         201 => ::std::result::Result::Ok(raw.text()?),
-        409 => raw.error(raw.json()?),
-        422 => raw.error(raw.json()?),
+        400 => raw.error(CreateNoteError::BadRequest),
+        503 => {
+            raw.error(
+                CreateNoteError::ServiceUnavailable(CreateNoteErrorServiceUnavailable {
+                    retry_after: raw.header("Retry-After"),
+                }),
+            )
+        }
+        504 => raw.error(CreateNoteError::GatewayTimeout),
+        409 => raw.error(CreateNoteError::Conflict(raw.json()?)),
+        422 => raw.error(CreateNoteError::UnprocessableEntity(raw.json()?)),
         _ => raw.unexpected(),
     }
 }
@@ -735,6 +800,13 @@ pub struct CreateOrderResponse {
     pub x_request_cost: ::std::option::Option<i64>,
 }
 
+/// A `503` response with its documented headers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateOrderErrorServiceUnavailable {
+    /// The `Retry-After` response header.
+    pub retry_after: ::std::option::Option<i64>,
+}
+
 /// A `429` response with its documented headers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreateOrderErrorTooManyRequests {
@@ -745,6 +817,10 @@ pub struct CreateOrderErrorTooManyRequests {
 /// The documented error responses.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreateOrderError {
+    /// `503`
+    ServiceUnavailable(CreateOrderErrorServiceUnavailable),
+    /// `504`
+    GatewayTimeout,
     /// `400`
     BadRequest(Problem),
     /// `409`
@@ -782,6 +858,14 @@ fn decode_create_order(
                 }
             })
         }
+        503 => {
+            raw.error(
+                CreateOrderError::ServiceUnavailable(CreateOrderErrorServiceUnavailable {
+                    retry_after: raw.header("Retry-After"),
+                }),
+            )
+        }
+        504 => raw.error(CreateOrderError::GatewayTimeout),
         400 => raw.error(CreateOrderError::BadRequest(raw.json()?)),
         409 => raw.error(CreateOrderError::Conflict(raw.json()?)),
         422 => raw.error(CreateOrderError::UnprocessableEntity(raw.json()?)),
@@ -884,6 +968,28 @@ fn multipart_create_upload(
     parts
 }
 
+/// A `503` response with its documented headers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateUploadErrorServiceUnavailable {
+    /// The `Retry-After` response header.
+    pub retry_after: ::std::option::Option<i64>,
+}
+
+/// The documented error responses.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CreateUploadError {
+    /// `400`
+    BadRequest,
+    /// `503`
+    ServiceUnavailable(CreateUploadErrorServiceUnavailable),
+    /// `504`
+    GatewayTimeout,
+    /// `409`
+    Conflict(Problem),
+    /// `422`
+    UnprocessableEntity(Problem),
+}
+
 /// `POST /uploads`: its retry class, key and policy.
 const OP_CREATE_UPLOAD: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
@@ -897,11 +1003,23 @@ const OP_CREATE_UPLOAD: ::idem_runtime::client::api::OperationSpec = ::idem_runt
 
 fn decode_create_upload(
     raw: &::idem_runtime::client::api::Raw,
-) -> ::std::result::Result<Upload, ::idem_runtime::client::api::ApiError<Problem>> {
+) -> ::std::result::Result<
+    Upload,
+    ::idem_runtime::client::api::ApiError<CreateUploadError>,
+> {
     match raw.status() {
         201 => ::std::result::Result::Ok(raw.json()?),
-        409 => raw.error(raw.json()?),
-        422 => raw.error(raw.json()?),
+        400 => raw.error(CreateUploadError::BadRequest),
+        503 => {
+            raw.error(
+                CreateUploadError::ServiceUnavailable(CreateUploadErrorServiceUnavailable {
+                    retry_after: raw.header("Retry-After"),
+                }),
+            )
+        }
+        504 => raw.error(CreateUploadError::GatewayTimeout),
+        409 => raw.error(CreateUploadError::Conflict(raw.json()?)),
+        422 => raw.error(CreateUploadError::UnprocessableEntity(raw.json()?)),
         _ => raw.unexpected(),
     }
 }

@@ -24,6 +24,7 @@ fn unavailable() -> server::Problem {
     server::Problem {
         code: "not_implemented".into(),
         message: "this example implements GET /v1/charges/{charge_id} only".into(),
+        field: None,
         retryable: Some(false),
     }
 }

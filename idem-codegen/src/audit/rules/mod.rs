@@ -13,6 +13,7 @@ mod phases_without_key;
 mod reaper_before_replay_window;
 mod replay_window_shorter_than_retry_horizon;
 mod undecided_failure_replay;
+mod undeclared_protocol_refusals;
 mod unkeyed_unsafe_write;
 
 /// Every rule, in code order.
@@ -29,6 +30,7 @@ pub static RULES: &[&Rule] = &[
     &key_parameter_shape::RULE,
     &missing_retry_after::RULE,
     &phases_without_key::RULE,
+    &undeclared_protocol_refusals::RULE,
 ];
 
 use crate::model::{Model, Operation};
