@@ -126,6 +126,23 @@ mod filters {
         Ok(Safe(out))
     }
 
+    /// HTML-escaped text whose `backticked` spans become `<code>`.
+    #[askama::filter_fn]
+    pub fn code_spans(value: impl ToString, _: &dyn Values) -> askama::Result<Safe<String>> {
+        use askama::filters::Escaper;
+        let mut out = String::new();
+        for (i, part) in value.to_string().split('`').enumerate() {
+            let mut escaped = String::new();
+            askama::filters::Html.write_escaped_str(&mut escaped, part)?;
+            if i % 2 == 1 {
+                out.push_str(&format!("<code>{escaped}</code>"));
+            } else {
+                out.push_str(&escaped);
+            }
+        }
+        Ok(Safe(out))
+    }
+
     /// A Python (and JavaScript) string literal; still escaped for the page
     /// by the output's escaper, or inside a Markdown code block left as is.
     #[askama::filter_fn]

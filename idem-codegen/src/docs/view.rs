@@ -139,6 +139,17 @@ pub struct Wire {
     pub replayed_value: &'static str,
     pub key_min_byte: String,
     pub key_max_byte: String,
+    /// The protocol's other refusals, from `idem_runtime::protocol`.
+    pub refusals: Vec<RefusalRow>,
+}
+
+/// One refusal a keyed request can meet besides the key conflicts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusalRow {
+    pub situation: &'static str,
+    pub status: u16,
+    pub code: &'static str,
+    pub action: &'static str,
 }
 
 /// A keyed operation that calls other systems (`phases`), and how the
@@ -494,7 +505,55 @@ fn wire(header: &str, header_keys: bool, reused_status: u16) -> Wire {
         replayed_value: protocol::IDEMPOTENT_REPLAYED_VALUE,
         key_min_byte: byte(*protocol::KEY_BYTES.start()),
         key_max_byte: byte(*protocol::KEY_BYTES.end()),
+        refusals: refusals(),
     }
+}
+
+/// The refusals every keyed request can meet, each as the server sends it.
+fn refusals() -> Vec<RefusalRow> {
+    let row = |situation, refusal: protocol::Refusal, action| RefusalRow {
+        situation,
+        status: refusal.status,
+        code: refusal.code,
+        action,
+    };
+    vec![
+        row(
+            "A parameter or body field breaks the API's schema (the body's `field` names it)",
+            protocol::INVALID_REQUEST,
+            "fix the field; the same key may be reused",
+        ),
+        row(
+            "The body is in a media type the endpoint does not accept, or has no `Content-Type`",
+            protocol::UNSUPPORTED_MEDIA_TYPE,
+            "send one of the types the message lists",
+        ),
+        row(
+            "The body is over the server's limit",
+            protocol::BODY_TOO_LARGE,
+            "send less",
+        ),
+        row(
+            "The caller could not be identified",
+            protocol::SCOPE_MISSING,
+            "authenticate",
+        ),
+        row(
+            "The caller's identity is empty, too long or not visible ASCII",
+            protocol::SCOPE_INVALID,
+            "fix the credentials",
+        ),
+        row(
+            "The server is at its limit of requests in flight",
+            protocol::OVERLOADED,
+            "wait `Retry-After`, then send the same request with the same key",
+        ),
+        row(
+            "Your deadline (`Idem-Timeout-Ms`) passed before the answer",
+            protocol::DEADLINE_EXCEEDED,
+            "send the same request with the same key to learn the outcome",
+        ),
+    ]
 }
 
 fn example(op: &Operation) -> Example {
