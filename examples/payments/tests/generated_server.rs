@@ -767,3 +767,134 @@ async fn the_demo_charges_through_loss_and_a_crash_with_no_duplicate() {
         assert!(dir.path().join("idempotency.html").exists());
     }
 }
+
+/// Every case the outside review measured, answered as the spec says, on
+/// both engines: constraints, nullability and content types are refused
+/// before anything is written or called, and no route stores anything for
+/// a caller it cannot identify.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spec_is_the_contract_on_every_route() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in stores(&dir).await {
+        let bank = Bank::start().await.unwrap();
+        let server = Server::start(&url, Some(bank.url().to_owned()));
+        let http = reqwest::Client::new();
+        let account = unique("acct");
+        let send = |path: &'static str,
+                    key: Option<String>,
+                    content_type: Option<&'static str>,
+                    body: String| {
+            let mut request = http
+                .post(server.url(path))
+                .header("x-account-id", &account)
+                .body(body);
+            if let Some(key) = key {
+                request = request.header("idempotency-key", key);
+            }
+            if let Some(content_type) = content_type {
+                request = request.header("content-type", content_type);
+            }
+            request.send()
+        };
+        let json_type = Some("application/json");
+        let zero = json!({"order_id": "o-1", "amount": 0, "currency": "usd"}).to_string();
+        let null = json!({"order_id": "o-1", "amount": 5, "currency": "usd", "description": null})
+            .to_string();
+        let good = json!({"order_id": "o-1", "amount": 5, "currency": "usd"}).to_string();
+        let mut answers = Vec::new();
+        for body in [&zero, &null] {
+            answers.push(
+                send("/v1/legacy-charges", None, json_type, body.clone())
+                    .await
+                    .unwrap(),
+            );
+            answers.push(
+                send("/v1/charges", Some(unique("k")), json_type, body.clone())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let payout = json!({"vendor_id": "v-1", "amount": 0}).to_string();
+        answers.push(
+            send("/v1/payouts", Some(unique("p")), json_type, payout)
+                .await
+                .unwrap(),
+        );
+        for answer in answers {
+            let status = answer.status().as_u16();
+            let body: Value = answer.json().await.unwrap();
+            assert_eq!(status, 400, "{url}: {body}");
+            assert!(
+                matches!(
+                    body["field"].as_str(),
+                    Some("body.amount" | "body.description")
+                ),
+                "{url}: {body}"
+            );
+        }
+        // One media type declared: anything else, or none, is a 415.
+        for content_type in [
+            Some("text/plain"),
+            Some("application/xml"),
+            Some("application/x-www-form-urlencoded"),
+            None,
+        ] {
+            let legacy = send("/v1/legacy-charges", None, content_type, good.clone())
+                .await
+                .unwrap();
+            let keyed = send("/v1/charges", Some(unique("k")), content_type, good.clone())
+                .await
+                .unwrap();
+            let payout = send(
+                "/v1/payouts",
+                Some(unique("p")),
+                content_type,
+                json!({"vendor_id": "v", "amount": 1}).to_string(),
+            )
+            .await
+            .unwrap();
+            for answer in [legacy, keyed, payout] {
+                assert_eq!(answer.status(), 415, "{url} {content_type:?}");
+            }
+        }
+        assert!(charges(&http, &server, &account).await.is_empty(), "{url}");
+        assert!(
+            bank.calls_to("transfers").is_empty(),
+            "{url}: the bank was called"
+        );
+
+        // An empty caller is refused on the route without a key too, and
+        // nothing is stored under "".
+        for path in ["/v1/legacy-charges", "/v1/charges"] {
+            let r = http
+                .post(server.url(path))
+                .header("x-account-id", "")
+                .header("idempotency-key", unique("k"))
+                .header("content-type", "application/json")
+                .body(good.clone())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 400, "{url} {path}");
+            assert_eq!(
+                r.json::<Value>().await.unwrap()["code"],
+                "caller_scope_invalid"
+            );
+            let r = http
+                .post(server.url(path))
+                .header("idempotency-key", unique("k"))
+                .header("content-type", "application/json")
+                .body(good.clone())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 401, "{url} {path}");
+        }
+        // A valid charge still goes through on both routes.
+        let r = send("/v1/legacy-charges", None, json_type, good.clone())
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "{url}");
+        assert_eq!(charges(&http, &server, &account).await.len(), 1, "{url}");
+    }
+}
