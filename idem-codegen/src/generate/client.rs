@@ -12,7 +12,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 use super::naming::{self, Namer};
-use super::types::{Checks, Site, Ty, TypeDef, TypeSpace, doc_attrs, ident};
+use super::types::{Site, Ty, TypeDef, TypeSpace, doc_attrs, ident};
 use crate::model::schema::Kind;
 use crate::model::{KeySource, Media, Model, Operation, RetryClass, RetryPolicy, SecurityKind};
 use crate::vocab::{Backoff, KeyRequirement};
@@ -388,19 +388,12 @@ fn operation(
     }
 
     // The body, in each media type the operation accepts.
-    let (body_arg, body_set, body_items, body_checks) = request_body(space, op, &camel, method);
+    let (body_arg, body_set, body_items, body_sites) = request_body(space, op, &camel, method);
     items.extend(body_items);
     if let Some(arg) = body_arg {
         args.push(arg);
     }
-    if let Some((ty, checks)) = body_checks {
-        sites.push(Site {
-            path: "body".to_owned(),
-            ty,
-            checks,
-            value: quote!(body),
-        });
-    }
+    sites.extend(body_sites);
     // Checked before the first attempt: a request its schema forbids is
     // never sent.
     let validate = space.defer(sites, quote!(let request = request.validated(v);));
@@ -626,13 +619,13 @@ type BodyParts = (
     Option<TokenStream>,
     TokenStream,
     Vec<TokenStream>,
-    Option<(Ty, Checks)>,
+    Vec<Site>,
 );
 
 /// The body of `op`, as [`BodyParts`].
 fn request_body(space: &mut TypeSpace<'_>, op: &Operation, camel: &str, method: &str) -> BodyParts {
     let Some(body) = &op.request_body else {
-        return (None, TokenStream::new(), Vec::new(), None);
+        return (None, TokenStream::new(), Vec::new(), Vec::new());
     };
     // One entry per encoding; the first media type of each wins.
     let mut choices: Vec<(&Media, Encoding)> = Vec::new();
@@ -643,7 +636,7 @@ fn request_body(space: &mut TypeSpace<'_>, op: &Operation, camel: &str, method: 
         }
     }
     if choices.is_empty() {
-        return (None, TokenStream::new(), Vec::new(), None);
+        return (None, TokenStream::new(), Vec::new(), Vec::new());
     }
     let mut items = Vec::new();
     let single = choices.len() == 1;
@@ -651,6 +644,7 @@ fn request_body(space: &mut TypeSpace<'_>, op: &Operation, camel: &str, method: 
     let mut variants = Vec::new();
     let mut arms = Vec::new();
     let mut variant_namer = Namer::default();
+    let mut sites = Vec::new();
     let multipart = naming::prefixed("multipart", method);
     for (media, enc) in &choices {
         let context = if single {
@@ -696,13 +690,34 @@ fn request_body(space: &mut TypeSpace<'_>, op: &Operation, camel: &str, method: 
                 _ => quote!(body: &#tokens),
             };
             let checked = match (enc, &media.schema) {
-                (Encoding::Text | Encoding::Bytes, _) | (_, None) => None,
-                (_, Some(schema)) => Some((ty.clone(), space.checks(schema))),
+                (Encoding::Text | Encoding::Bytes, _) | (_, None) => Vec::new(),
+                (_, Some(schema)) => vec![Site {
+                    path: "body".to_owned(),
+                    ty: ty.clone(),
+                    checks: space.checks(schema),
+                    value: quote!(body),
+                }],
             };
             return (Some(arg), set(quote!(body)), items, checked);
         };
         let enum_ident = ident(enum_name);
         let variant = ident(&variant_namer.unique(encoding_name(*enc)));
+        if let (Encoding::Json | Encoding::Form | Encoding::Multipart, Some(schema)) =
+            (enc, &media.schema)
+        {
+            // The variant the caller picked, when it is this one.
+            sites.push(Site {
+                path: "body".to_owned(),
+                ty: Ty::Option(Box::new(ty.clone())),
+                checks: space.checks(schema),
+                value: quote! {
+                    match body {
+                        #enum_ident::#variant(value) => ::std::option::Option::Some(value),
+                        _ => ::std::option::Option::None,
+                    }
+                },
+            });
+        }
         let doc = format!(" `{media_type}`");
         variants.push(quote!(#[doc = #doc] #variant(#tokens),));
         let set = set(quote!(value));
@@ -722,7 +737,7 @@ fn request_body(space: &mut TypeSpace<'_>, op: &Operation, camel: &str, method: 
             #(#arms)*
         }
     };
-    (Some(quote!(body: &#enum_ident)), body_set, items, None)
+    (Some(quote!(body: &#enum_ident)), body_set, items, sites)
 }
 
 pub(super) fn encoding_name(enc: Encoding) -> &'static str {

@@ -639,15 +639,50 @@ fn request_body(
             let media_type = &media.media_type;
             let doc = format!(" `{media_type}`");
             variants.push(quote!(#[doc = #doc] #variant(#tokens),));
-            let essence = media_type
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase();
-            accepted.push(essence.clone());
+            // Every declared type of this encoding reads into the variant
+            // (`application/json` and `application/vnd.x+json` alike).
+            let essences: Vec<String> = body
+                .media
+                .iter()
+                .filter(|m| encoding_of(&m.media_type) == *enc)
+                .map(|m| {
+                    m.media_type
+                        .split(';')
+                        .next()
+                        .unwrap_or("")
+                        .trim()
+                        .to_ascii_lowercase()
+                })
+                .fold(Vec::new(), |mut all, e| {
+                    if !all.contains(&e) {
+                        all.push(e);
+                    }
+                    all
+                });
+            accepted.extend(essences.iter().cloned());
             let value = read(*enc, &tokens);
-            arms.push(quote!(#essence => #enum_ident::#variant(#value),));
+            arms.push(quote!(#(#essences)|* => #enum_ident::#variant(#value),));
+            if let (Encoding::Json | Encoding::Form | Encoding::Multipart, Some(schema)) =
+                (enc, &media.schema)
+            {
+                // The variant the request arrived in, when it is this one.
+                let pick = if body.required {
+                    quote!(#enum_ident::#variant(value))
+                } else {
+                    quote!(::std::option::Option::Some(#enum_ident::#variant(value)))
+                };
+                sites.push(Site {
+                    path: "body".to_owned(),
+                    ty: Ty::Option(Box::new(ty.clone())),
+                    checks: space.checks(schema),
+                    value: quote! {
+                        match &input.body {
+                            #pick => ::std::option::Option::Some(value),
+                            _ => ::std::option::Option::None,
+                        }
+                    },
+                });
+            }
         }
         let doc = " The request body, in the media type the caller sent.";
         items.push(quote! {

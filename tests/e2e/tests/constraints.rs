@@ -56,7 +56,11 @@ impl<DB: Backend> api::Api<DB> for Orders {
     }
 
     async fn create_note(&self, _cx: Context, input: api::CreateNoteInput) -> api::CreateNoteReply {
-        api::CreateNoteReply::Created(input.body)
+        match input.body {
+            api::CreateNoteRequestBody::Json(note) | api::CreateNoteRequestBody::Form(note) => {
+                api::CreateNoteReply::Created(note)
+            }
+        }
     }
 }
 
@@ -411,6 +415,21 @@ async fn content_types_are_negotiated() {
         ];
         let statuses: Vec<u16> = statuses.iter().map(|s| s.as_u16()).collect();
         assert_eq!(statuses, [201, 201, 201, 406, 415], "{engine}");
+        // Each media type's body is held to the schema.
+        let form = |text: &'static str| {
+            http.post(format!("{base}/v1/notes"))
+                .header("x-account-id", "acct-1")
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(text)
+                .send()
+        };
+        assert_eq!(
+            form("text=hi").await.unwrap().status().as_u16(),
+            201,
+            "{engine}"
+        );
+        let empty: Value = form("text=").await.unwrap().json().await.unwrap();
+        assert_eq!(empty["field"], "body.text", "{engine}: {empty}");
     }
 }
 
@@ -503,6 +522,17 @@ async fn the_client_refuses_what_the_server_would_without_sending() {
     };
     match client.list_orders(&params).send().await {
         Err(ApiError::Invalid(violations)) => assert_eq!(violations.first().field, "query.limit"),
+        other => panic!("expected a refusal before sending, got {other:?}"),
+    }
+    // In whichever media type the caller picks.
+    let params = api::CreateNoteParams {
+        x_account_id: "acct-1".into(),
+    };
+    let note = api::CreateNoteBody::Form(api::Note {
+        text: String::new(),
+    });
+    match client.create_note(&params, &note).send().await {
+        Err(ApiError::Invalid(violations)) => assert_eq!(violations.first().field, "body.text"),
         other => panic!("expected a refusal before sending, got {other:?}"),
     }
 }
