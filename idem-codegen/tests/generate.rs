@@ -138,3 +138,53 @@ fn every_corpus_document_generates_without_panicking() {
         assert!(generated.lines > 0, "{path}");
     }
 }
+
+/// A `pattern` that is not ECMA-262 is reported once, at its place in the
+/// spec, and left unchecked; one that is becomes a check. 3.0's boolean
+/// `exclusiveMinimum` and 3.1's numeric one both become an exclusive bound.
+#[test]
+fn patterns_and_bounds_are_read_as_their_version_means_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = |version: &str, exclusive: &str| {
+        format!(
+            "openapi: {version}\ninfo: {{ title: P, version: '1' }}\npaths: {{}}\ncomponents:\n  schemas:\n    Thing:\n      type: object\n      properties:\n        flagged: {{ type: string, pattern: '(?i)^abc$' }}\n        plain: {{ type: string, pattern: '^[a-z]+\\d$' }}\n        again: {{ type: string, pattern: '(?i)^abc$' }}\n        price: {{ type: number, {exclusive} }}\n"
+        )
+    };
+    let cases = [
+        ("3.0.3", "minimum: 0, exclusiveMinimum: true"),
+        ("3.1.0", "exclusiveMinimum: 0"),
+    ];
+    for (version, exclusive) in cases {
+        let path = dir.path().join(format!("{version}.yaml"));
+        std::fs::write(&path, spec(version, exclusive)).unwrap();
+        let generated = generate(
+            &model(&path),
+            &Options {
+                client: true,
+                server: false,
+            },
+        )
+        .unwrap();
+        assert_eq!(generated.notes.len(), 2, "{version}: {:?}", generated.notes);
+        assert!(
+            generated.notes[0].ends_with(
+                "9:43: the pattern `(?i)^abc$` is not an ECMA-262 regular expression; values are not checked against it"
+            ),
+            "{version}: {:?}",
+            generated.notes
+        );
+        assert!(
+            generated
+                .items
+                .contains(r#"v.pattern(value, "^[a-z]+\\d$")"#),
+            "{version}: {}",
+            generated.items
+        );
+        assert!(!generated.items.contains("(?i)^abc$\")"), "{version}");
+        assert!(
+            generated.items.contains("v.exclusive_minimum(*value, 0.0)"),
+            "{version}: {}",
+            generated.items
+        );
+    }
+}
