@@ -174,6 +174,34 @@ impl Validator {
         }
     }
 
+    /// Runs `check` on each item of `items` (a list, or an optional one),
+    /// at its index.
+    pub fn each_item<I: Items + ?Sized>(
+        &mut self,
+        items: &I,
+        mut check: impl FnMut(&mut Self, &I::Item),
+    ) {
+        for (index, item) in items.items().unwrap_or_default().iter().enumerate() {
+            if self.full() {
+                return;
+            }
+            self.index(index, |v| check(v, item));
+        }
+    }
+
+    /// Runs `check` on each value of `map` (or an optional one), at its key.
+    pub fn each_value<T>(
+        &mut self,
+        map: &(impl Entries<T> + ?Sized),
+        mut check: impl FnMut(&mut Self, &T),
+    ) {
+        if let Some(map) = map.entries() {
+            for (key, value) in map {
+                self.at(key, |v| check(v, value));
+            }
+        }
+    }
+
     /// Validates a value of a type with its own rules.
     pub fn nested<T: Validate + ?Sized>(&mut self, value: &T) {
         value.validate(self);
@@ -195,14 +223,14 @@ impl Validator {
 
     /// `minimum`.
     pub fn minimum(&mut self, value: impl Number, bound: f64) {
-        if value.as_f64() < bound {
+        if value.as_f64().is_some_and(|v| v < bound) {
             self.report("minimum", format!("must be at least {}", show(bound)));
         }
     }
 
     /// `exclusiveMinimum` (3.1's number, or 3.0's `true` beside `minimum`).
     pub fn exclusive_minimum(&mut self, value: impl Number, bound: f64) {
-        if value.as_f64() <= bound {
+        if value.as_f64().is_some_and(|v| v <= bound) {
             self.report(
                 "exclusiveMinimum",
                 format!("must be more than {}", show(bound)),
@@ -212,14 +240,14 @@ impl Validator {
 
     /// `maximum`.
     pub fn maximum(&mut self, value: impl Number, bound: f64) {
-        if value.as_f64() > bound {
+        if value.as_f64().is_some_and(|v| v > bound) {
             self.report("maximum", format!("must be at most {}", show(bound)));
         }
     }
 
     /// `exclusiveMaximum`.
     pub fn exclusive_maximum(&mut self, value: impl Number, bound: f64) {
-        if value.as_f64() >= bound {
+        if value.as_f64().is_some_and(|v| v >= bound) {
             self.report(
                 "exclusiveMaximum",
                 format!("must be less than {}", show(bound)),
@@ -229,7 +257,10 @@ impl Validator {
 
     /// `multipleOf`: `value / factor` is a whole number.
     pub fn multiple_of(&mut self, value: impl Number, factor: f64) {
-        let quotient = value.as_f64() / factor;
+        let Some(value) = value.as_f64() else {
+            return;
+        };
+        let quotient = value / factor;
         let whole = quotient.is_finite()
             && (quotient - quotient.round()).abs() <= 1e-9 * quotient.abs().max(1.0);
         if !whole {
@@ -241,7 +272,10 @@ impl Validator {
     }
 
     /// `minLength`, in characters (code points), as JSON Schema counts.
-    pub fn min_length(&mut self, value: &str, min: u64) {
+    pub fn min_length(&mut self, value: &(impl Text + ?Sized), min: u64) {
+        let Some(value) = value.text() else {
+            return;
+        };
         // Four bytes at most per character: a long value is not counted.
         let bytes = value.len() as u64;
         if bytes < min.saturating_mul(4) && (value.chars().count() as u64) < min {
@@ -253,7 +287,10 @@ impl Validator {
     }
 
     /// `maxLength`, in characters.
-    pub fn max_length(&mut self, value: &str, max: u64) {
+    pub fn max_length(&mut self, value: &(impl Text + ?Sized), max: u64) {
+        let Some(value) = value.text() else {
+            return;
+        };
         // At least one byte per character: a short value is not counted.
         if value.len() as u64 > max && value.chars().count() as u64 > max {
             self.report(
@@ -265,14 +302,20 @@ impl Validator {
 
     /// `pattern`: the ECMA-262 regular expression `source` matches somewhere
     /// in `value`. Compiled once per process.
-    pub fn pattern(&mut self, value: &str, source: &'static str) {
+    pub fn pattern(&mut self, value: &(impl Text + ?Sized), source: &'static str) {
+        let Some(value) = value.text() else {
+            return;
+        };
         if matches(source, value) == Some(false) {
             self.report("pattern", format!("must match the pattern `{source}`"));
         }
     }
 
     /// `minItems`.
-    pub fn min_items<T>(&mut self, items: &[T], min: u64) {
+    pub fn min_items(&mut self, items: &(impl Items + ?Sized), min: u64) {
+        let Some(items) = items.items() else {
+            return;
+        };
         if (items.len() as u64) < min {
             self.report(
                 "minItems",
@@ -282,7 +325,10 @@ impl Validator {
     }
 
     /// `maxItems`.
-    pub fn max_items<T>(&mut self, items: &[T], max: u64) {
+    pub fn max_items(&mut self, items: &(impl Items + ?Sized), max: u64) {
+        let Some(items) = items.items() else {
+            return;
+        };
         if items.len() as u64 > max {
             self.report(
                 "maxItems",
@@ -292,7 +338,14 @@ impl Validator {
     }
 
     /// `uniqueItems: true`: no two items serialize to the same JSON.
-    pub fn unique<T: serde::Serialize>(&mut self, items: &[T]) {
+    pub fn unique<I>(&mut self, items: &I)
+    where
+        I: Items + ?Sized,
+        I::Item: serde::Serialize,
+    {
+        let Some(items) = items.items() else {
+            return;
+        };
         let mut seen = HashSet::with_capacity(items.len());
         for (index, item) in items.iter().enumerate() {
             let text = serde_json::to_string(item).unwrap_or_default();
@@ -344,17 +397,103 @@ fn count(n: u64, noun: &str) -> String {
 }
 
 /// A number a bound can be compared with.
+///
+/// An absent optional value (`None`) has nothing to check.
 pub trait Number: Copy {
     /// The value as `f64` (exact for integers up to 2^53, which is what JSON
-    /// interoperates on).
-    fn as_f64(self) -> f64;
+    /// interoperates on); `None` when absent.
+    fn as_f64(self) -> Option<f64>;
+}
+
+impl<T: Number> Number for Option<T> {
+    fn as_f64(self) -> Option<f64> {
+        self.and_then(Number::as_f64)
+    }
+}
+
+/// Text a length or a pattern can be checked on: a string, or an optional
+/// one (absent: nothing to check).
+pub trait Text {
+    /// The text, `None` when absent.
+    fn text(&self) -> Option<&str>;
+}
+
+impl Text for str {
+    fn text(&self) -> Option<&str> {
+        Some(self)
+    }
+}
+
+impl Text for String {
+    fn text(&self) -> Option<&str> {
+        Some(self)
+    }
+}
+
+impl<T: Text> Text for Option<T> {
+    fn text(&self) -> Option<&str> {
+        self.as_ref().and_then(Text::text)
+    }
+}
+
+impl<T: Text + ?Sized> Text for &T {
+    fn text(&self) -> Option<&str> {
+        (**self).text()
+    }
+}
+
+/// A map whose values can be checked, or an optional one.
+pub trait Entries<T> {
+    /// The map, `None` when absent.
+    fn entries(&self) -> Option<&std::collections::BTreeMap<String, T>>;
+}
+
+impl<T> Entries<T> for std::collections::BTreeMap<String, T> {
+    fn entries(&self) -> Option<&std::collections::BTreeMap<String, T>> {
+        Some(self)
+    }
+}
+
+impl<T> Entries<T> for Option<std::collections::BTreeMap<String, T>> {
+    fn entries(&self) -> Option<&std::collections::BTreeMap<String, T>> {
+        self.as_ref()
+    }
+}
+
+/// Items a count or uniqueness can be checked on: a list, or an optional one.
+pub trait Items {
+    /// The item type.
+    type Item;
+    /// The items, `None` when absent.
+    fn items(&self) -> Option<&[Self::Item]>;
+}
+
+impl<T> Items for [T] {
+    type Item = T;
+    fn items(&self) -> Option<&[T]> {
+        Some(self)
+    }
+}
+
+impl<T> Items for Vec<T> {
+    type Item = T;
+    fn items(&self) -> Option<&[T]> {
+        Some(self)
+    }
+}
+
+impl<I: Items> Items for Option<I> {
+    type Item = I::Item;
+    fn items(&self) -> Option<&[I::Item]> {
+        self.as_ref().and_then(Items::items)
+    }
 }
 
 macro_rules! number {
     ($($t:ty),*) => {$(
         impl Number for $t {
             #[allow(clippy::cast_precision_loss, clippy::cast_lossless, reason = "JSON numbers are doubles")]
-            fn as_f64(self) -> f64 { self as f64 }
+            fn as_f64(self) -> Option<f64> { Some(self as f64) }
         }
     )*};
 }
@@ -470,17 +609,34 @@ mod tests {
 
     #[test]
     fn items_unique_and_counted() {
-        assert!(one(|v| v.unique(&[1, 2, 3])).is_none());
+        assert!(one(|v| v.unique(&vec![1, 2, 3])).is_none());
         assert_eq!(
-            one(|v| v.unique(&["a", "b", "a"])).map(|e| e.1),
+            one(|v| v.unique(&vec!["a", "b", "a"])).map(|e| e.1),
             Some("uniqueItems")
         );
-        assert!(one(|v| v.min_items::<u8>(&[], 1)).is_some());
-        assert!(one(|v| v.max_items(&[1, 2, 3], 2)).is_some());
+        assert!(one(|v| v.min_items(&Vec::<u8>::new(), 1)).is_some());
+        // Absent optional values have nothing to check.
+        assert!(one(|v| v.min_items(&None::<Vec<u8>>, 1)).is_none());
+        assert!(one(|v| v.max_length(&None::<String>, 1)).is_none());
+        assert!(one(|v| v.minimum(None::<i64>, 1.0)).is_none());
+        assert!(one(|v| v.minimum(Some(0_i64), 1.0)).is_some());
+        assert!(one(|v| v.max_items(&[1, 2, 3][..], 2)).is_some());
         assert_eq!(
             one(|v| v.max_properties(3, 2)).map(|e| e.2),
             Some("must have at most 2 properties".into())
         );
+    }
+
+    #[test]
+    fn items_and_values_are_checked_at_their_place() {
+        let tags = Some(vec!["ok".to_owned(), "x".to_owned()]);
+        let found = one(|v| v.each_item(&tags, |v, tag| v.min_length(tag, 2)));
+        assert_eq!(found.map(|e| e.0), Some("body[1]".into()));
+        let mut labels = std::collections::BTreeMap::new();
+        labels.insert("a".to_owned(), 0_i64);
+        let found = one(|v| v.each_value(&labels, |v, n| v.minimum(*n, 1.0)));
+        assert_eq!(found.map(|e| e.0), Some("body.a".into()));
+        assert!(one(|v| v.each_item(&None::<Vec<String>>, |v, t| v.min_length(t, 9))).is_none());
     }
 
     #[test]

@@ -711,7 +711,7 @@ fn request_body(space: &mut TypeSpace<'_>, op: &Operation, camel: &str, method: 
                 ty: Ty::Option(Box::new(ty.clone())),
                 checks: space.checks(schema),
                 value: quote! {
-                    match body {
+                    &match body {
                         #enum_ident::#variant(value) => ::std::option::Option::Some(value),
                         _ => ::std::option::Option::None,
                     }

@@ -129,6 +129,7 @@ pub fn allow_attribute(inner: bool) -> String {
 /// Generates what `options` asks for from `model`.
 pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateError> {
     let mut space = types::TypeSpace::new(model);
+    space.server = options.server;
     let client = if options.client {
         client::emit(model, &mut space)
     } else {
@@ -141,8 +142,6 @@ pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateE
     };
     space.finish();
     let types = space.render();
-    let client = space.resolve(client);
-    let server = space.resolve(server);
     let tokens = quote! {
         #types
         #client
@@ -150,7 +149,7 @@ pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateE
     };
     let file =
         syn::parse2::<syn::File>(tokens).map_err(|e| GenerateError::Unparsable(e.to_string()))?;
-    let items = spaced(&prettyplease::unparse(&file));
+    let items = spaced(&space.resolve(&prettyplease::unparse(&file)));
     let lines = items.lines().count();
     let features = [("client", options.client), ("server", options.server)]
         .into_iter()

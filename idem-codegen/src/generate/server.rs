@@ -676,7 +676,7 @@ fn request_body(
                     ty: Ty::Option(Box::new(ty.clone())),
                     checks: space.checks(schema),
                     value: quote! {
-                        match &input.body {
+                        &match &input.body {
                             #pick => ::std::option::Option::Some(value),
                             _ => ::std::option::Option::None,
                         }

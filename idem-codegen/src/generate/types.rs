@@ -153,6 +153,11 @@ pub(crate) struct TypeSpace<'m> {
     noted: std::collections::HashSet<Pos>,
     /// Checks of operation inputs, written once every type is known.
     deferred: Vec<Deferred>,
+    /// The definitions a request can carry (reached from an operation's
+    /// inputs): only these are validated, and decoded strictly.
+    in_requests: Vec<bool>,
+    /// Whether a server is generated: strict decoding matters only there.
+    pub(crate) server: bool,
 }
 
 /// One value an operation checks: where it is reported, its type, its
@@ -191,6 +196,8 @@ impl<'m> TypeSpace<'m> {
             notes: Vec::new(),
             noted: std::collections::HashSet::new(),
             deferred: Vec::new(),
+            in_requests: Vec::new(),
+            server: false,
         };
         // Named schemas claim their names before any inline type does.
         for index in 0..model.schemas.named.len() {
@@ -650,51 +657,65 @@ impl<'m> TypeSpace<'m> {
             .values()
             .filter_map(|i| self.defs.get(*i).map(|d| (*i, d)))
             .map(|(i, d)| {
-                let def = self.render_def(d);
+                let strict = self.server && self.in_requests.get(i).copied().unwrap_or(false);
+                let def = self.render_def(d, strict);
                 let validate = self.render_validate(i, d);
                 quote!(#def #validate)
             })
             .collect()
     }
 
-    /// A placeholder for the checks of `sites`, which [`TypeSpace::resolve`]
-    /// replaces once every type is known: nothing when none of them has
-    /// anything to check, else a block that validates them into `v` and
-    /// ends with `finish`.
+    /// A placeholder statement for the checks of `sites`, which
+    /// [`TypeSpace::resolve`] replaces in the formatted code once every type
+    /// is known: with nothing when none of them has anything to check, else
+    /// with statements that validate them into `v` and end with `finish`.
     pub(crate) fn defer(&mut self, sites: Vec<Site>, finish: TokenStream) -> TokenStream {
         let index = self.deferred.len();
         self.deferred.push(Deferred { sites, finish });
         let placeholder = format_ident!("{DEFERRED}{index}");
-        quote!(#placeholder)
+        quote!(#placeholder!();)
     }
 
-    /// `tokens` with every placeholder of [`TypeSpace::defer`] replaced.
-    pub(crate) fn resolve(&self, tokens: TokenStream) -> TokenStream {
-        use proc_macro2::{Group, TokenTree};
-        tokens
-            .into_iter()
-            .flat_map(|tree| -> Vec<TokenTree> {
-                match tree {
-                    TokenTree::Group(group) => {
-                        let mut out = Group::new(group.delimiter(), self.resolve(group.stream()));
-                        out.set_span(group.span());
-                        vec![TokenTree::Group(out)]
-                    }
-                    TokenTree::Ident(ident) => {
-                        let text = ident.to_string();
-                        match text
-                            .strip_prefix(DEFERRED)
-                            .and_then(|n| n.parse::<usize>().ok())
-                            .and_then(|n| self.deferred.get(n))
-                        {
-                            Some(deferred) => self.render_deferred(deferred).into_iter().collect(),
-                            None => vec![TokenTree::Ident(ident)],
-                        }
-                    }
-                    other => vec![other],
+    /// `code` (formatted) with every placeholder of [`TypeSpace::defer`]
+    /// replaced by its checks, formatted alike. Only the placeholders are
+    /// touched, so a large API pays for its checks and not for a second
+    /// pass over its code.
+    pub(crate) fn resolve(&self, code: &str) -> String {
+        let mut out = String::with_capacity(code.len() + code.len() / 8);
+        for line in code.split_inclusive('\n') {
+            let trimmed = line.trim_start();
+            let index = trimmed
+                .strip_prefix(DEFERRED)
+                .and_then(|rest| rest.strip_suffix("!();\n").or(rest.strip_suffix("!();")))
+                .and_then(|n| n.parse::<usize>().ok());
+            let Some(deferred) = index.and_then(|i| self.deferred.get(i)) else {
+                out.push_str(line);
+                continue;
+            };
+            let indent = &line[..line.len() - trimmed.len()];
+            let stmts = self.render_deferred(deferred);
+            if stmts.is_empty() {
+                continue;
+            }
+            // Formatted as a function body, then moved to the placeholder's
+            // indentation.
+            let Ok(file) = syn::parse2::<syn::File>(quote!(fn checks() { #stmts })) else {
+                continue;
+            };
+            let formatted = prettyplease::unparse(&file);
+            let lines: Vec<&str> = formatted.lines().collect();
+            for body in lines.iter().skip(1).take(lines.len().saturating_sub(2)) {
+                let body = body.strip_prefix("    ").unwrap_or(body);
+                if body.is_empty() {
+                    out.push('\n');
+                } else {
+                    out.push_str(indent);
+                    out.push_str(body);
+                    out.push('\n');
                 }
-            })
-            .collect()
+            }
+        }
+        out
     }
 
     fn render_deferred(&self, deferred: &Deferred) -> TokenStream {
@@ -722,11 +743,14 @@ impl<'m> TypeSpace<'m> {
     /// own keywords, or a part that has (computed to a fixed point, so
     /// recursive types settle).
     fn mark_validated(&mut self) {
+        self.mark_in_requests();
         self.validated = vec![false; self.defs.len()];
         loop {
             let mut changed = false;
             for index in 0..self.defs.len() {
-                if self.validated.get(index).copied().unwrap_or(true) {
+                if self.validated.get(index).copied().unwrap_or(true)
+                    || !self.in_requests.get(index).copied().unwrap_or(false)
+                {
                     continue;
                 }
                 let needs = self.defs.get(index).is_some_and(|d| self.def_needs(d));
@@ -741,6 +765,42 @@ impl<'m> TypeSpace<'m> {
                 break;
             }
         }
+    }
+
+    /// Marks every definition reachable from an operation's inputs.
+    fn mark_in_requests(&mut self) {
+        let mut marked = vec![false; self.defs.len()];
+        let mut work: Vec<usize> = Vec::new();
+        for site in self.deferred.iter().flat_map(|d| d.sites.iter()) {
+            reached(&site.ty, true, &mut work);
+        }
+        while let Some(index) = work.pop() {
+            match marked.get_mut(index) {
+                Some(flag) if !*flag => *flag = true,
+                _ => continue,
+            }
+            let Some(def) = self.defs.get(index) else {
+                continue;
+            };
+            match &def.body {
+                Body::Struct { fields, extra, .. } => {
+                    for f in fields {
+                        reached(&f.ty, true, &mut work);
+                    }
+                    if let Some(extra) = extra {
+                        reached(extra, true, &mut work);
+                    }
+                }
+                Body::OneOf { variants, .. } => {
+                    for v in variants {
+                        reached(&v.ty, true, &mut work);
+                    }
+                }
+                Body::Alias(ty) | Body::Newtype(ty) => reached(ty, true, &mut work),
+                _ => {}
+            }
+        }
+        self.in_requests = marked;
     }
 
     fn def_needs(&self, def: &TypeDef) -> bool {
@@ -806,14 +866,21 @@ impl<'m> TypeSpace<'m> {
     pub(crate) fn check_value(&self, ty: &Ty, checks: &Checks, value: &TokenStream) -> Vec<Stmt> {
         match ty {
             Ty::Option(inner) => {
-                let inner = self.check_value(inner, checks, &quote!(value));
-                if inner.is_empty() {
-                    return inner;
+                // The runtime's checks skip `None`: given the option itself
+                // where they all can be.
+                let direct = self.check_value(inner, checks, value);
+                if direct.iter().all(|s| s.through_option) {
+                    return direct;
                 }
+                let inner = self.check_value(inner, checks, &quote!(value));
                 let inner = block(&inner);
                 vec![Stmt::block(
                     quote!(if let ::std::option::Option::Some(value) = #value { #inner }),
                 )]
+            }
+            // `Validate` sees through a box.
+            Ty::Boxed(inner) if matches!(**inner, Ty::Def(_)) => {
+                self.check_value(inner, checks, value)
             }
             Ty::Boxed(inner) => self.check_value(inner, checks, &quote!(&**#value)),
             Ty::Def(index) => match self.defs.get(*index) {
@@ -855,14 +922,10 @@ impl<'m> TypeSpace<'m> {
                             .iter()
                             .all(|s| s.tokens.to_string() == quote!(v.nested(item)).to_string());
                     if nested_only {
-                        out.push(Stmt::call(quote!(v.each(#value))));
+                        out.push(Stmt::call(quote!(v.nested(#value))));
                     } else {
-                        let inner = closure(&inner);
-                        out.push(Stmt::block(quote! {
-                            for (index, item) in #value.iter().enumerate() {
-                                v.index(index, #inner);
-                            }
-                        }));
+                        let inner = item_closure(&inner);
+                        out.push(Stmt::call(quote!(v.each_item(#value, #inner))));
                     }
                 }
                 out
@@ -872,23 +935,19 @@ impl<'m> TypeSpace<'m> {
                 if let Some((min, max)) = property_counts(checks) {
                     if let Some(min) = min {
                         let min = u64_lit(min);
-                        out.push(Stmt::call(quote!(v.min_properties(#value.len(), #min))));
+                        out.push(Stmt::exact(quote!(v.min_properties(#value.len(), #min))));
                     }
                     if let Some(max) = max {
                         let max = u64_lit(max);
-                        out.push(Stmt::call(quote!(v.max_properties(#value.len(), #max))));
+                        out.push(Stmt::exact(quote!(v.max_properties(#value.len(), #max))));
                     }
                 }
                 let empty = Checks::default();
                 let item_checks = checks.values.as_deref().unwrap_or(&empty);
                 let inner = self.check_value(item, item_checks, &quote!(item));
                 if !inner.is_empty() {
-                    let inner = closure(&inner);
-                    out.push(Stmt::block(quote! {
-                        for (key, item) in #value {
-                            v.at(key, #inner);
-                        }
-                    }));
+                    let inner = item_closure(&inner);
+                    out.push(Stmt::call(quote!(v.each_value(#value, #inner))));
                 }
                 out
             }
@@ -909,7 +968,7 @@ impl<'m> TypeSpace<'m> {
                 }
                 if let Some(serde_json::Value::String(expected)) = &checks.constant {
                     let shown = serde_json::Value::from(expected.as_str()).to_string();
-                    out.push(Stmt::call(quote!(v.constant(#value == #expected, #shown))));
+                    out.push(Stmt::exact(quote!(v.constant(#value == #expected, #shown))));
                 }
                 out
             }
@@ -948,16 +1007,16 @@ impl<'m> TypeSpace<'m> {
                         Ty::F32 => quote!(f64::from(#value)),
                         _ => quote!(#value),
                     };
-                    out.push(Stmt::call(quote!(v.constant(#cast == #expected, #shown))));
+                    out.push(Stmt::exact(quote!(v.constant(#cast == #expected, #shown))));
                 }
                 out
             }
             Ty::Bool => match &checks.constant {
                 Some(serde_json::Value::Bool(true)) => {
-                    vec![Stmt::call(quote!(v.constant(*#value, "true")))]
+                    vec![Stmt::exact(quote!(v.constant(*#value, "true")))]
                 }
                 Some(serde_json::Value::Bool(false)) => {
-                    vec![Stmt::call(quote!(v.constant(!*#value, "false")))]
+                    vec![Stmt::exact(quote!(v.constant(!*#value, "false")))]
                 }
                 _ => Vec::new(),
             },
@@ -1046,7 +1105,8 @@ impl<'m> TypeSpace<'m> {
         }
     }
 
-    fn render_def(&self, def: &TypeDef) -> TokenStream {
+    /// `strict`: a request body can hold it, and a server decodes it.
+    fn render_def(&self, def: &TypeDef, strict: bool) -> TokenStream {
         let name = ident(&def.name);
         let doc = doc_attrs(&def.doc);
         let deprecated = def.deprecated.then(|| quote!(#[deprecated]));
@@ -1065,7 +1125,7 @@ impl<'m> TypeSpace<'m> {
                 let all_optional = fields.iter().all(|f| f.optional) && extra.is_none();
                 let closed = closed.then(|| quote!(#[serde(deny_unknown_fields)]));
                 let default = all_optional.then(|| quote!(Default,));
-                let fields = fields.iter().map(|f| self.render_field(f));
+                let fields = fields.iter().map(|f| self.render_field(f, strict));
                 let extra = extra.as_ref().map(|ty| {
                     let ty = self.tokens(ty);
                     quote! {
@@ -1142,7 +1202,7 @@ impl<'m> TypeSpace<'m> {
         }
     }
 
-    fn render_field(&self, field: &Field) -> TokenStream {
+    fn render_field(&self, field: &Field, strict: bool) -> TokenStream {
         let ident = ident(&field.ident);
         let doc = doc_attrs(&field.doc);
         let deprecated = field.deprecated.then(|| quote!(#[deprecated]));
@@ -1153,7 +1213,7 @@ impl<'m> TypeSpace<'m> {
         if field.optional {
             // Absent reads as `None`; `null` only where the schema allows it
             // (a server decodes strictly, a client leniently).
-            let non_null = (!field.nullable)
+            let non_null = (strict && !field.nullable)
                 .then(|| quote!(deserialize_with = "::idem_runtime::codec::non_null",));
             quote! {
                 #doc
@@ -1243,6 +1303,9 @@ impl<'m> TypeSpace<'m> {
 pub(crate) struct Stmt {
     tokens: TokenStream,
     block_like: bool,
+    /// A check the runtime skips for an absent value, so it may be given
+    /// an `Option` as is.
+    through_option: bool,
 }
 
 impl Stmt {
@@ -1250,6 +1313,16 @@ impl Stmt {
         Stmt {
             tokens,
             block_like: false,
+            through_option: true,
+        }
+    }
+
+    /// A call that needs the value itself (`const`).
+    fn exact(tokens: TokenStream) -> Self {
+        Stmt {
+            tokens,
+            block_like: false,
+            through_option: false,
         }
     }
 
@@ -1257,6 +1330,7 @@ impl Stmt {
         Stmt {
             tokens,
             block_like: true,
+            through_option: false,
         }
     }
 }
@@ -1298,6 +1372,20 @@ fn copied(value: &TokenStream) -> TokenStream {
     match tokens.next() {
         Some(proc_macro2::TokenTree::Punct(p)) if p.as_char() == '&' => tokens.collect(),
         _ => quote!(*#value),
+    }
+}
+
+/// Statements as the closure `each_item`/`each_value` run on each `item`.
+fn item_closure(stmts: &[Stmt]) -> TokenStream {
+    match stmts {
+        [one] => {
+            let tokens = &one.tokens;
+            quote!(|v, item| #tokens)
+        }
+        many => {
+            let body = block(many);
+            quote!(|v, item| { #body })
+        }
     }
 }
 
