@@ -547,23 +547,7 @@ impl<'m> TypeSpace<'m> {
             .iter()
             .map(|d| {
                 let mut out = Vec::new();
-                match &d.body {
-                    Body::Struct { fields, extra, .. } => {
-                        for f in fields {
-                            reached(&f.ty, false, &mut out);
-                        }
-                        if let Some(extra) = extra {
-                            reached(extra, false, &mut out);
-                        }
-                    }
-                    Body::OneOf { variants, .. } => {
-                        for v in variants {
-                            reached(&v.ty, false, &mut out);
-                        }
-                    }
-                    Body::Newtype(ty) | Body::Alias(ty) => reached(ty, false, &mut out),
-                    _ => {}
-                }
+                body_reaches(&d.body, false, &mut out);
                 out
             })
             .collect();
@@ -779,25 +763,8 @@ impl<'m> TypeSpace<'m> {
                 Some(flag) if !*flag => *flag = true,
                 _ => continue,
             }
-            let Some(def) = self.defs.get(index) else {
-                continue;
-            };
-            match &def.body {
-                Body::Struct { fields, extra, .. } => {
-                    for f in fields {
-                        reached(&f.ty, true, &mut work);
-                    }
-                    if let Some(extra) = extra {
-                        reached(extra, true, &mut work);
-                    }
-                }
-                Body::OneOf { variants, .. } => {
-                    for v in variants {
-                        reached(&v.ty, true, &mut work);
-                    }
-                }
-                Body::Alias(ty) | Body::Newtype(ty) => reached(ty, true, &mut work),
-                _ => {}
+            if let Some(def) = self.defs.get(index) {
+                body_reaches(&def.body, true, &mut work);
             }
         }
         self.in_requests = marked;
@@ -1417,6 +1384,30 @@ fn boxed(ty: Ty) -> Ty {
 
 /// Definitions `ty` reaches: through `Option` and `Box` always, through
 /// `Vec` and maps only when `through_heap`.
+/// The definitions a body's parts name, through heap containers or not
+/// (see [`reached`]).
+fn body_reaches(body: &Body, through_heap: bool, out: &mut Vec<usize>) {
+    match body {
+        Body::Struct { fields, extra, .. } => {
+            for f in fields {
+                reached(&f.ty, through_heap, out);
+            }
+            if let Some(extra) = extra {
+                reached(extra, through_heap, out);
+            }
+        }
+        Body::OneOf { variants, .. } => {
+            for v in variants {
+                reached(&v.ty, through_heap, out);
+            }
+        }
+        Body::Newtype(ty) | Body::Alias(ty) => reached(ty, through_heap, out),
+        _ => {}
+    }
+}
+
+/// The definitions `ty` names directly or inside an `Option`, and, when
+/// `through_heap`, inside a `Box`, a `Vec` or a map.
 fn reached(ty: &Ty, through_heap: bool, out: &mut Vec<usize>) {
     match ty {
         Ty::Def(index) => out.push(*index),

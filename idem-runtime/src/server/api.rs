@@ -635,11 +635,12 @@ impl Inbound {
     }
 
     /// The body as JSON.
+    ///
     /// Decoded [strictly](crate::codec::strictly): an explicit `null` for a
     /// property whose schema is not nullable is refused.
     ///
     /// JSON Schema's `integer` is a mathematical one: `1.0` is the integer
-    /// 1. Bodies are read straight into their types; only one that fails is
+    /// one. Bodies are read straight into their types; only one that fails is
     /// read again with its whole-valued floats as integers, so the common
     /// case costs nothing.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, Rejection> {
