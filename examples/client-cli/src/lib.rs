@@ -32,11 +32,7 @@
 pub struct Charge {
     pub id: ::std::string::String,
     pub amount: i64,
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub received: ::std::option::Option<
         ::std::collections::BTreeMap<
             ::std::string::String,
@@ -80,11 +76,7 @@ pub struct CreateUploadRequest {
 )]
 #[serde(crate = "::idem_runtime::serde")]
 pub struct GetOrderFilter {
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub status: ::std::option::Option<::std::string::String>,
 }
 
@@ -98,11 +90,7 @@ pub struct GetOrderFilter {
 )]
 #[serde(crate = "::idem_runtime::serde")]
 pub struct HealthResponse200 {
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub ok: ::std::option::Option<bool>,
 }
 
@@ -117,25 +105,13 @@ pub struct HealthResponse200 {
 pub struct NewCharge {
     pub amount: i64,
     pub currency: ::std::string::String,
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub metadata: ::std::option::Option<
         ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
     >,
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub shipping: ::std::option::Option<NewChargeShipping>,
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub expand: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
 }
 
@@ -149,17 +125,9 @@ pub struct NewCharge {
 )]
 #[serde(crate = "::idem_runtime::serde")]
 pub struct NewChargeShipping {
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub name: ::std::option::Option<::std::string::String>,
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub address: ::std::option::Option<NewChargeShippingAddress>,
 }
 
@@ -173,17 +141,9 @@ pub struct NewChargeShipping {
 )]
 #[serde(crate = "::idem_runtime::serde")]
 pub struct NewChargeShippingAddress {
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub line1: ::std::option::Option<::std::string::String>,
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub city: ::std::option::Option<::std::string::String>,
 }
 
@@ -199,11 +159,7 @@ pub struct NewOrder {
     /// Stock-keeping unit.
     pub sku: ::std::string::String,
     pub quantity: i32,
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub gift: ::std::option::Option<bool>,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub note: ::std::option::Option<::std::string::String>,
@@ -221,21 +177,13 @@ pub struct Order {
     /// Stock-keeping unit.
     pub sku: ::std::string::String,
     pub quantity: i32,
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub gift: ::std::option::Option<bool>,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub note: ::std::option::Option<::std::string::String>,
     pub id: i64,
     pub status: OrderStatus,
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub created: ::std::option::Option<
         ::idem_runtime::chrono::DateTime<::idem_runtime::chrono::Utc>,
     >,
@@ -275,24 +223,12 @@ pub enum OrderStatus {
 )]
 #[serde(crate = "::idem_runtime::serde")]
 pub struct Problem {
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub r#type: ::std::option::Option<::std::string::String>,
     pub title: ::std::string::String,
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub status: ::std::option::Option<i32>,
-    #[serde(
-        default,
-        deserialize_with = "::idem_runtime::codec::non_null",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub code: ::std::option::Option<::std::string::String>,
 }
 
