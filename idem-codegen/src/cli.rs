@@ -37,9 +37,15 @@ pub enum Command {
     Audit(AuditArgs),
     /// Generate from SPEC: the typed client crate (`--client`) and the docs page (`--docs`).
     Generate(GenerateArgs),
+    /// Check a running service against the key contract SPEC declares:
+    /// replays, concurrent duplicates, mismatched bodies, missing and
+    /// malformed keys, caller isolation, refusals that must not be stored.
+    /// Exit 1 when a check fails or cannot decide.
+    Probe(ProbeArgs),
     /// List the rules.
     Rules,
-    /// Print a rule's page, by code (IDEM001) or slug (unkeyed-unsafe-write).
+    /// Print a rule's page, or a probe check's, by code (IDEM001, PROBE001)
+    /// or slug (unkeyed-unsafe-write, replay).
     Explain {
         /// Code or slug.
         rule: String,
@@ -116,6 +122,54 @@ pub struct GenerateArgs {
     pub color: ColorChoice,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// The API description the service is held to.
+    pub spec: PathBuf,
+    /// Where the service runs (`https://staging.example.com`); paths from
+    /// the spec are appended to it.
+    #[arg(long, value_name = "URL")]
+    pub base_url: String,
+    /// Probe only this operation (operationId, or `METHOD /path`); repeatable.
+    #[arg(long = "operation", value_name = "ID")]
+    pub operations: Vec<String>,
+    /// A header every request carries, such as the caller's credential; repeatable.
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// Another caller's identity, which replaces the header of the same name
+    /// for the caller-isolation check.
+    #[arg(long, value_name = "NAME: VALUE")]
+    pub second_caller: Option<String>,
+    /// The request body of operation ID, from FILE; repeatable.
+    #[arg(long = "body", value_name = "ID=@FILE")]
+    pub bodies: Vec<String>,
+    /// Identical requests sent at once by the concurrency check.
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u16).range(2..=1000))]
+    pub concurrency: u16,
+    /// Seconds each request may take.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub timeout: u64,
+    #[arg(long, value_enum, default_value_t = ProbeFormat::Human)]
+    pub format: ProbeFormat,
+    /// Print the plan (operations, checks, request counts) and send nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Consent to the state-changing requests the probe sends.
+    #[arg(long)]
+    pub allow_writes: bool,
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+}
+
+/// How `idem probe` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProbeFormat {
+    Human,
+    Json,
+    Sarif,
+    Junit,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ColorChoice {
     Auto,
@@ -185,6 +239,7 @@ where
         Command::Audit(args) => run_audit(&args, stdout, stderr, terminals),
         Command::Generate(args) => run_generate(&args, stdout, stderr, terminals),
         Command::Docs(args) => run_docs(&args, stdout, stderr, terminals),
+        Command::Probe(args) => crate::probe::cli::run(&args, stdout, stderr, terminals),
         Command::Rules => {
             let mut text = String::new();
             for r in RULES {
@@ -200,8 +255,18 @@ where
         }
         Command::Explain { rule } => match Rule::find(&rule) {
             Some(r) => write_out(stdout, &explain(r)),
+            None if crate::probe::Check::find(&rule).is_some() => write_out(
+                stdout,
+                &crate::probe::Check::find(&rule)
+                    .map(crate::probe::Check::page)
+                    .unwrap_or_default(),
+            ),
             None => {
-                let names: Vec<&str> = RULES.iter().map(|r| r.slug).collect();
+                let names: Vec<&str> = RULES
+                    .iter()
+                    .map(|r| r.slug)
+                    .chain(crate::probe::CHECKS.iter().map(|c| c.slug))
+                    .collect();
                 let hint = crate::vocab::did_you_mean(&rule, &names)
                     .map(|s| format!("; did you mean `{s}`?"))
                     .unwrap_or_default();
@@ -235,7 +300,7 @@ pub fn explain(rule: &Rule) -> String {
     )
 }
 
-fn use_color(choice: ColorChoice, stream_is_terminal: bool) -> bool {
+pub(crate) fn use_color(choice: ColorChoice, stream_is_terminal: bool) -> bool {
     match choice {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
@@ -245,7 +310,7 @@ fn use_color(choice: ColorChoice, stream_is_terminal: bool) -> bool {
 
 /// Load and model `spec`; on failure, print the `file:line:column` error
 /// and return `None` (exit code 2).
-fn load_model(
+pub(crate) fn load_model(
     spec: &std::path::Path,
     stderr: &mut dyn Write,
     color: bool,

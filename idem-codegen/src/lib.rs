@@ -18,6 +18,7 @@ pub mod docs;
 pub mod generate;
 pub mod load;
 pub mod model;
+pub mod probe;
 pub mod render;
 pub mod source;
 pub mod tree;

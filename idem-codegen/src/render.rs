@@ -429,7 +429,7 @@ pub fn sarif_with_root(model: &Model, report: &Report, root: &Path) -> Json {
                 "message": { "text": text },
                 "locations": [{
                     "physicalLocation": {
-                        "artifactLocation": artifact_location(sources, d.pos.file, root),
+                        "artifactLocation": sarif_artifact(sources, d.pos.file, root),
                         "region": { "startLine": d.pos.line.max(1), "startColumn": d.pos.column.max(1) },
                     }
                 }],
@@ -437,12 +437,18 @@ pub fn sarif_with_root(model: &Model, report: &Report, root: &Path) -> Json {
             })
         })
         .collect();
+    sarif_log("idem", rules, results, root)
+}
+
+/// A SARIF 2.1.0 log of one run of `tool` (`idem`, `idem probe`): its
+/// rules, its results, and URIs relative to `root`.
+pub(crate) fn sarif_log(tool: &str, rules: Vec<Json>, results: Vec<Json>, root: &Path) -> Json {
     json!({
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
         "runs": [{
             "tool": { "driver": {
-                "name": "idem",
+                "name": tool,
                 "version": env!("CARGO_PKG_VERSION"),
                 "informationUri": env!("CARGO_PKG_REPOSITORY"),
                 "rules": rules,
@@ -459,7 +465,8 @@ pub fn sarif_with_root(model: &Model, report: &Report, root: &Path) -> Json {
 /// The base id SARIF URIs are relative to: the repository root.
 const SRCROOT: &str = "%SRCROOT%";
 
-fn artifact_location(sources: &SourceMap, file: FileId, root: &Path) -> Json {
+/// Where a SARIF result's file is: relative to `root` when under it.
+pub(crate) fn sarif_artifact(sources: &SourceMap, file: FileId, root: &Path) -> Json {
     let Some(path) = sources.get(file).map(|f| f.path.as_path()) else {
         return json!({ "uri": uri_path(Path::new(sources.display(file))) });
     };

@@ -898,3 +898,57 @@ async fn the_spec_is_the_contract_on_every_route() {
         assert_eq!(charges(&http, &server, &account).await.len(), 1, "{url}");
     }
 }
+
+/// `idem probe` holds the generated server to the spec it came from: every
+/// check holds on both keyed routes, on both stores, and the unkeyed legacy
+/// route is never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idem_probe_holds_on_the_generated_server() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in stores(&dir).await {
+        let server = Server::start_with(&url, vec!["--fake-bank".to_owned()]);
+        let base = server.url("");
+        let spec = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/payments.yaml");
+        let (code, out, err) = std::thread::spawn(move || {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = idem_codegen::cli::run(
+                [
+                    "idem",
+                    "probe",
+                    spec,
+                    "--base-url",
+                    &base,
+                    "--allow-writes",
+                    "--header",
+                    "X-Account-Id: acct-probe-1",
+                    "--second-caller",
+                    "X-Account-Id: acct-probe-2",
+                    "--format",
+                    "json",
+                ],
+                &mut out,
+                &mut err,
+            );
+            (code, out, err)
+        })
+        .join()
+        .unwrap();
+        let err = String::from_utf8_lossy(&err);
+        let report: Value = idem_runtime::serde_json::from_slice(&out)
+            .unwrap_or_else(|e| panic!("{url}: {e}: {err}"));
+        assert_eq!(code, 0, "{url}: {report:#}");
+        let operations = report["operations"].as_array().unwrap();
+        let names: Vec<&str> = operations
+            .iter()
+            .map(|o| o["operation"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["createCharge", "createPayout"], "{url}");
+        for op in operations {
+            for check in op["checks"].as_array().unwrap() {
+                assert_eq!(check["outcome"], "held", "{url}: {check:#}");
+            }
+        }
+        assert_eq!(report["not_sent"][0]["operation"], "createLegacyCharge");
+        assert_eq!(report["requests"]["sent"], report["requests"]["planned"]);
+    }
+}

@@ -1,0 +1,355 @@
+//! `idem probe`: hold a running service to the key contract its spec
+//! declares.
+//!
+//! [`plan`] reads the model: every keyed operation gets the checks of
+//! [`CHECKS`], each with the requests it will send, and every operation that
+//! is unsafe to retry is listed and never sent. [`run`](run::run) sends the
+//! plan over HTTP (never retrying a request of its own, every request under
+//! a timeout) and [`report`] renders what it found as text, JSON, SARIF or
+//! JUnit.
+
+use std::time::Duration;
+
+use crate::model::{KeySource, Model, Operation, RetryClass};
+use crate::source::Pos;
+use crate::vocab::KeyRequirement;
+
+mod body;
+pub mod cli;
+pub mod report;
+pub mod run;
+
+pub use body::Body;
+
+/// One property of the key contract, checked from outside.
+#[derive(Debug)]
+pub struct Check {
+    /// `PROBE001`…; never reused.
+    pub code: &'static str,
+    /// Kebab-case name.
+    pub slug: &'static str,
+    /// One line for the plan and the report.
+    pub summary: &'static str,
+    /// The page `idem explain` prints.
+    pub docs: &'static str,
+}
+
+macro_rules! checks {
+    ($($name:ident = $code:literal, $slug:literal, $summary:literal, $docs:literal;)*) => {
+        $(
+            #[doc = $summary]
+            pub const $name: Check = Check { code: $code, slug: $slug, summary: $summary, docs: $docs };
+        )*
+        /// Every check, in the order a run makes them.
+        pub const CHECKS: &[&Check] = &[$(&$name),*];
+    };
+}
+
+checks! {
+    REPLAY = "PROBE001", "replay",
+        "the same key and body twice: the second answer is the first's",
+        "## What it sends\n\nOne valid request with a fresh key, then the same request again.\n\n\
+         ## What holds\n\nThe second answer has the first's status and the same body (compared as JSON \
+         when both are JSON, byte for byte otherwise), so the same resource id. When the spec declares a \
+         replay header on the operation's responses (`Idempotent-Replayed`), the second answer carries it \
+         and the first does not.\n\n\
+         ## Why it matters\n\nA replay that runs the request again, or that answers a new id, is the bug \
+         the key exists to prevent: the client's retry of a lost reply becomes a second charge.\n\n\
+         The other checks that need a working replay (concurrent duplicates, payload mismatch, caller \
+         isolation, failed request not stored) say they cannot decide when this one fails, so one defect \
+         is reported once.\n";
+    PAYLOAD_MISMATCH = "PROBE002", "payload-mismatch",
+        "the same key with another body: the declared reuse conflict",
+        "## What it sends\n\nThe replay check's key again, with a body that differs in one field and is \
+         still valid.\n\n\
+         ## What holds\n\nA `409` or `422` (the reuse conflict), never a `2xx`: not the first answer \
+         replayed, which would tell the caller its second request succeeded, and not a second original.\n\n\
+         ## Why it matters\n\nA key reused for another request is a client bug. A server that ignores the \
+         body hides it, and the caller believes an order for 5 went through when the order for 2 did.\n";
+    CALLER_ISOLATION = "PROBE003", "caller-isolation",
+        "another caller's request with the same key value is its own request",
+        "## What it sends\n\nThe replay check's key and body again, as the caller `--second-caller` names \
+         (a header, such as another account's `Authorization`).\n\n\
+         ## What holds\n\nA new original: a `2xx` whose body is not the first caller's answer.\n\n\
+         ## Why it matters\n\nKeys are chosen by callers, and two callers choose `order-1` alike. In one \
+         key space for all callers, the second gets the first's answer: a silent failure for it, and a leak \
+         of the first's data. Without `--second-caller` the check is skipped, and the report says so.\n";
+    CONCURRENT_DUPLICATES = "PROBE004", "concurrent-duplicates",
+        "identical requests at once: exactly one original",
+        "## What it sends\n\n`--concurrency` identical requests (default 20) with one fresh key, all at \
+         once, in two rounds with a key each.\n\n\
+         ## What holds\n\nEvery `2xx` answer carries the same body (one effect, one resource id), and \
+         every other answer is the in-flight conflict (`409`, or `425`/`429`/`503` where declared). Where \
+         the spec declares a replay header, exactly one `2xx` answer lacks it.\n\n\
+         ## Why it matters\n\nA client that times out and retries while its first request is still \
+         running sends exactly this. A server that checks for the key and then inserts, without an atomic \
+         claim, runs both. The report says how many rounds it made: a race that did not show in them is \
+         not proof of its absence.\n";
+    KEY_REQUIRED = "PROBE005", "key-required",
+        "no key where the key is required: a 4xx and no effect",
+        "## What it sends\n\nA valid request without the key, where the spec says the key is required; \
+         then the same request with a fresh key.\n\n\
+         ## What holds\n\nThe first answer is a `4xx` (the spec's `400`), and the second is a new \
+         original (`2xx`), showing no trace of the first.\n\n\
+         ## Why it matters\n\nA server that runs a keyless request cannot deduplicate its retries. The \
+         check is skipped for an operation whose key is optional.\n";
+    KEY_BOUNDS = "PROBE006", "key-bounds",
+        "an over-long key and a key that is not visible ASCII: a 4xx, never a 5xx",
+        "## What it sends\n\nA valid request whose key is one character over the declared maximum \
+         (`key-max-length`, default 255), and one whose key holds a space and a non-ASCII character.\n\n\
+         ## What holds\n\nBoth are answered `4xx`.\n\n\
+         ## Why it matters\n\nA `5xx` tells a client to retry what will never succeed; a `2xx` means the \
+         server stored a key it documents as invalid, or truncated it, so two different keys may meet.\n";
+    FAILED_NOT_STORED = "PROBE007", "failed-request-not-stored",
+        "a refused request does not use up its key",
+        "## What it sends\n\nAn invalid body with a fresh key, then a valid body with the same key.\n\n\
+         ## What holds\n\nThe invalid body is answered `4xx`, and the valid one runs: a `2xx` original, \
+         not the stored `400` replayed and not a reuse conflict.\n\n\
+         ## Why it matters\n\nA client that fixes its request and retries with the same key (as it \
+         should, for one logical call) is refused for good when the server stored the refusal. \
+         Validation happens before the key is claimed.\n";
+}
+
+impl Check {
+    /// Find a check by code or slug (case-insensitive code).
+    pub fn find(name: &str) -> Option<&'static Check> {
+        CHECKS
+            .iter()
+            .copied()
+            .find(|c| c.slug == name || c.code.eq_ignore_ascii_case(name))
+    }
+
+    /// The check's page as `idem explain` prints it.
+    pub fn page(&self) -> String {
+        format!(
+            "# {} ({})\n\nA check of `idem probe`: {}.\n\n{}",
+            self.slug, self.code, self.summary, self.docs
+        )
+    }
+}
+
+/// What a run is asked to do.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Identical requests per round of the concurrency check.
+    pub concurrency: usize,
+    /// Rounds of the concurrency check.
+    pub rounds: usize,
+    /// The caller's identity (`--header`), sent on every request.
+    pub headers: Vec<(String, String)>,
+    /// A second caller's identity (`--second-caller`), for the isolation check.
+    pub second_caller: Option<(String, String)>,
+    /// Each request's timeout.
+    pub timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            concurrency: 20,
+            rounds: 2,
+            headers: Vec::new(),
+            second_caller: None,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Where an operation's key travels.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyPlace {
+    Header(String),
+    /// A top-level field of a JSON body.
+    Body(String),
+}
+
+/// One keyed operation and the checks it gets.
+#[derive(Debug)]
+pub struct Target {
+    /// The operation's index in the model.
+    pub index: usize,
+    pub label: String,
+    pub key: KeyPlace,
+    pub key_required: bool,
+    pub key_max_length: u32,
+    /// The declared replay header (`Idempotent-Replayed`), if any.
+    pub replay_header: Option<String>,
+    /// The request this operation is probed with, or why there is none.
+    pub body: Result<Body, String>,
+    /// Each check, with the requests it sends, or why it is skipped.
+    pub checks: Vec<(&'static Check, Result<usize, String>)>,
+}
+
+impl Target {
+    /// Requests this target's checks send at most.
+    pub fn requests(&self) -> usize {
+        self.checks
+            .iter()
+            .filter_map(|(_, n)| n.as_ref().ok())
+            .sum()
+    }
+}
+
+/// An operation that is unsafe to retry: listed, never sent.
+#[derive(Debug)]
+pub struct NotSent {
+    pub label: String,
+    pub class: RetryClass,
+    pub pos: Pos,
+}
+
+/// What a run will send.
+#[derive(Debug)]
+pub struct Plan {
+    pub targets: Vec<Target>,
+    pub not_sent: Vec<NotSent>,
+}
+
+impl Plan {
+    /// Requests the whole run sends at most.
+    pub fn requests(&self) -> usize {
+        self.targets.iter().map(Target::requests).sum()
+    }
+}
+
+/// Why no plan could be made: the call names what the spec does not hold.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("no operation `{name}` in the spec{hint}")]
+    UnknownOperation { name: String, hint: String },
+    #[error("`--body {0}`: the operation is not keyed, so the probe never sends it")]
+    BodyForUnprobed(String),
+    #[error(
+        "the spec declares no keyed operation{selected}: there is nothing to probe (`idem audit` lists each operation's class)"
+    )]
+    NothingKeyed { selected: &'static str },
+}
+
+/// The name an operation is selected and reported by: its `operationId`, or
+/// `METHOD /path`.
+pub fn label(op: &Operation) -> String {
+    op.operation_id
+        .clone()
+        .unwrap_or_else(|| format!("{} {}", op.method, op.path))
+}
+
+/// Plan the run: the keyed operations (all, or those `only` names), each
+/// with its request and its checks; the unsafe ones listed, not sent.
+/// `bodies` are `--body` files already read, by operation name.
+pub fn plan(
+    model: &Model,
+    only: &[String],
+    bodies: &[(String, Vec<u8>)],
+    settings: &Settings,
+) -> Result<Plan, PlanError> {
+    let labels: Vec<String> = model.operations.iter().map(label).collect();
+    for name in only.iter().chain(bodies.iter().map(|(n, _)| n)) {
+        if !labels.iter().any(|l| l == name) {
+            let names: Vec<&str> = labels.iter().map(String::as_str).collect();
+            let hint = crate::vocab::did_you_mean(name, &names)
+                .map(|s| format!("; did you mean `{s}`?"))
+                .unwrap_or_default();
+            return Err(PlanError::UnknownOperation {
+                name: name.clone(),
+                hint,
+            });
+        }
+    }
+    let mut targets = Vec::new();
+    let mut not_sent = Vec::new();
+    for (index, op) in model.operations.iter().enumerate() {
+        let name = &labels[index];
+        if !only.is_empty() && !only.contains(name) {
+            continue;
+        }
+        match op.class {
+            RetryClass::Keyed => {}
+            RetryClass::Unsafe | RetryClass::UnsafeDocumented => {
+                if let Some((n, _)) = bodies.iter().find(|(n, _)| n == name) {
+                    return Err(PlanError::BodyForUnprobed(n.clone()));
+                }
+                not_sent.push(NotSent {
+                    label: name.clone(),
+                    class: op.class,
+                    pos: op.pos,
+                });
+                continue;
+            }
+            RetryClass::Safe => {
+                if let Some((n, _)) = bodies.iter().find(|(n, _)| n == name) {
+                    return Err(PlanError::BodyForUnprobed(n.clone()));
+                }
+                continue;
+            }
+        }
+        let key = match &op.key.source {
+            Some(KeySource::Header { name, .. }) => KeyPlace::Header(name.clone()),
+            Some(KeySource::Body { field }) => KeyPlace::Body(field.clone()),
+            None => KeyPlace::Header(op.settings.header.clone()),
+        };
+        let given = bodies
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| b.as_slice());
+        let body = body::request(model, op, given);
+        let body = body.and_then(|b| match (&key, &b.json) {
+            (KeyPlace::Body(field), None) => Err(format!(
+                "the key travels in the body field `{field}`, and the probe sets it only in a JSON body"
+            )),
+            _ => Ok(b),
+        });
+        let replay_header = op
+            .responses
+            .iter()
+            .filter(|r| r.status.starts_with('2'))
+            .flat_map(|r| r.headers.iter())
+            .find(|h| h.to_ascii_lowercase().contains("replayed"))
+            .cloned();
+        let key_required = op.key.requirement == KeyRequirement::Required;
+        let mut checks = Vec::new();
+        for check in CHECKS {
+            let planned = match (&body, check.code) {
+                (Err(reason), _) => Err(format!("no request to send: {reason}")),
+                (Ok(_), "PROBE001") => Ok(2),
+                (Ok(b), "PROBE002") => match b.variant {
+                    Some(_) => Ok(1),
+                    None => Err("no second valid body differs from the first in a field the probe can change; give one with `--body`".into()),
+                },
+                (Ok(_), "PROBE003") => match settings.second_caller {
+                    Some(_) => Ok(1),
+                    None => Err("no `--second-caller` was given".into()),
+                },
+                (Ok(_), "PROBE004") => Ok(settings.concurrency * settings.rounds),
+                (Ok(_), "PROBE005") if !key_required => Err("the key is optional".into()),
+                (Ok(_), "PROBE005") => Ok(2),
+                (Ok(_), "PROBE006") => Ok(2),
+                (Ok(b), "PROBE007") => match b.invalid {
+                    Some(_) => Ok(2),
+                    None => Err("the probe cannot make a body the spec forbids that is otherwise the same; give the operation a body schema with a required field".into()),
+                },
+                (Ok(_), _) => Err("unknown check".into()),
+            };
+            checks.push((*check, planned));
+        }
+        targets.push(Target {
+            index,
+            label: name.clone(),
+            key,
+            key_required,
+            key_max_length: op.settings.key_max_length,
+            replay_header,
+            body,
+            checks,
+        });
+    }
+    if targets.is_empty() {
+        return Err(PlanError::NothingKeyed {
+            selected: if only.is_empty() {
+                ""
+            } else {
+                " among the selected operations"
+            },
+        });
+    }
+    Ok(Plan { targets, not_sent })
+}

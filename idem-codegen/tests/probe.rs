@@ -1,0 +1,383 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed setup step should abort the test"
+)]
+//! `idem probe` against real servers on loopback: a correct orders API
+//! and the same API broken in one known way each (Python's standard
+//! library, `tests/probe_support/orders_server.py`), plus servers that hang
+//! or answer garbage. Each defect must fail the check that names it and
+//! no other. Skipped, saying so, where `python3` is missing.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const SPEC: &str = "../fixtures/probe.yaml";
+
+struct Orders {
+    child: Child,
+    url: String,
+}
+
+impl Orders {
+    /// The orders server with `defect`, or `None` without python3.
+    fn start(defect: &str, extra: &[&str]) -> Option<Orders> {
+        let spawned = Command::new("python3")
+            .arg("tests/probe_support/orders_server.py")
+            .args(["--defect", defect])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                eprintln!("skipped: cannot run python3 ({e})");
+                return None;
+            }
+        };
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().rsplit(' ').next().unwrap().to_owned();
+        Some(Orders {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        })
+    }
+}
+
+impl Drop for Orders {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn idem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Probe `url` with both callers, as JSON: (exit code, report).
+fn probe(url: &str, extra: &[&str]) -> (i32, Value) {
+    let mut args = vec![
+        "probe",
+        SPEC,
+        "--base-url",
+        url,
+        "--allow-writes",
+        "--header",
+        "X-Account-Id: acct-first",
+        "--second-caller",
+        "X-Account-Id: acct-second",
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let out = idem(&args);
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", text(&out.stdout), text(&out.stderr)));
+    (out.status.code().unwrap(), report)
+}
+
+/// Each check's outcome, by slug.
+fn outcomes(report: &Value) -> Vec<(String, String)> {
+    report["operations"][0]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["check"].as_str().unwrap().to_owned(),
+                c["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+const BUILDS_ON_REPLAY: [&str; 4] = [
+    "payload-mismatch",
+    "caller-isolation",
+    "concurrent-duplicates",
+    "failed-request-not-stored",
+];
+
+#[test]
+fn a_correct_server_holds_every_check() {
+    let Some(server) = Orders::start("correct", &[]) else {
+        return;
+    };
+    let (code, report) = probe(&server.url, &[]);
+    assert_eq!(code, 0, "{report:#}");
+    for (check, outcome) in outcomes(&report) {
+        assert_eq!(outcome, "held", "{check}: {report:#}");
+    }
+    assert_eq!(report["operations"].as_array().unwrap().len(), 1);
+    assert_eq!(report["not_sent"][0]["operation"], "addNote");
+    let planned = report["requests"]["planned"].as_u64().unwrap();
+    let sent = report["requests"]["sent"].as_u64().unwrap();
+    assert_eq!(planned, 50);
+    assert!(sent <= planned, "{sent} > {planned}");
+    // Every resource it made is listed with the key that made it.
+    let created = report["created"].as_array().unwrap();
+    assert!(created.len() >= 5, "{created:?}");
+    let prefix = report["key_prefix"].as_str().unwrap();
+    assert!(
+        created
+            .iter()
+            .all(|c| c["key"].as_str().unwrap().starts_with(prefix))
+    );
+    // A second run uses other keys: nothing of the first is replayed.
+    let (_, again) = probe(&server.url, &[]);
+    assert_ne!(again["key_prefix"], report["key_prefix"]);
+}
+
+#[test]
+fn each_defect_fails_the_check_that_names_it_and_no_other() {
+    let cases = [
+        ("race", "concurrent-duplicates"),
+        ("ignore-key", "replay"),
+        ("regenerate", "replay"),
+        ("ignore-body", "payload-mismatch"),
+        ("global-keys", "caller-isolation"),
+        ("store-validation", "failed-request-not-stored"),
+    ];
+    for (defect, named) in cases {
+        let Some(server) = Orders::start(defect, &[]) else {
+            return;
+        };
+        let (code, report) = probe(&server.url, &[]);
+        assert_eq!(code, 1, "{defect}: {report:#}");
+        for (check, outcome) in outcomes(&report) {
+            let expected = if check == named {
+                "failed"
+            } else if named == "replay" && BUILDS_ON_REPLAY.contains(&check.as_str()) {
+                // Said once, at its root: the rest cannot be judged.
+                "undecided"
+            } else {
+                "held"
+            };
+            assert_eq!(outcome, expected, "{defect}, {check}: {report:#}");
+        }
+        let failed = report["operations"][0]["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == named)
+            .unwrap();
+        assert!(
+            !failed["evidence"].as_array().unwrap().is_empty(),
+            "{defect}: a failure shows its requests: {failed:#}"
+        );
+        if named == "concurrent-duplicates" {
+            assert!(failed["tries"].as_str().unwrap().contains("rounds"));
+        }
+    }
+}
+
+#[test]
+fn the_human_report_points_at_the_operation_and_other_formats_hold_the_same() {
+    let Some(server) = Orders::start("ignore-body", &[]) else {
+        return;
+    };
+    let base = [
+        "probe",
+        SPEC,
+        "--base-url",
+        server.url.as_str(),
+        "--allow-writes",
+        "--header",
+        "X-Account-Id: acct-1",
+    ];
+    let human = idem(&base);
+    assert_eq!(human.status.code(), Some(1));
+    let out = text(&human.stdout);
+    assert!(out.contains("error[PROBE002]"), "{out}");
+    assert!(out.contains("fixtures/probe.yaml:14:5"), "{out}");
+    assert!(
+        out.contains("skipped   PROBE003 caller-isolation (no `--second-caller` was given)"),
+        "{out}"
+    );
+    assert!(text(&human.stderr).contains("probe: up to 49 requests"));
+
+    let sarif = idem(&[&base[..], &["--format", "sarif"]].concat());
+    let sarif: Value = serde_json::from_slice(&sarif.stdout).unwrap();
+    let results = sarif["runs"][0]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "{sarif:#}");
+    assert_eq!(results[0]["ruleId"], "PROBE002");
+    let location = &results[0]["locations"][0]["physicalLocation"];
+    assert!(
+        location["artifactLocation"]["uri"]
+            .as_str()
+            .unwrap()
+            .ends_with("fixtures/probe.yaml")
+    );
+    assert_eq!(location["region"]["startLine"], 14);
+
+    let junit = idem(&[&base[..], &["--format", "junit"]].concat());
+    assert_eq!(junit.status.code(), Some(1));
+    let xml = text(&junit.stdout);
+    assert!(xml.starts_with("<?xml"), "{xml}");
+    assert!(xml.contains("failures=\"1\""), "{xml}");
+    assert_eq!(xml.matches("<testcase ").count(), 7, "{xml}");
+    assert_eq!(xml.matches("<failure ").count(), 1, "{xml}");
+    assert_eq!(xml.matches("<skipped ").count(), 1, "{xml}");
+    assert!(!xml.contains("\u{1b}"));
+}
+
+#[test]
+fn writes_need_consent_and_a_dry_run_sends_nothing() {
+    // Nothing listens on port 9: a request would fail the run.
+    let dry = idem(&[
+        "probe",
+        SPEC,
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--dry-run",
+    ]);
+    assert_eq!(dry.status.code(), Some(0), "{}", text(&dry.stderr));
+    let plan = text(&dry.stdout);
+    assert!(
+        plan.contains("createOrder (POST /v1/orders): 49 requests"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("PROBE004 concurrent-duplicates      40 requests"),
+        "{plan}"
+    );
+    assert!(plan.contains("addNote: never sent"), "{plan}");
+    assert!(
+        plan.contains("49 requests to http://127.0.0.1:9 at most"),
+        "{plan}"
+    );
+
+    let refused = idem(&["probe", SPEC, "--base-url", "http://127.0.0.1:9"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(text(&refused.stderr).contains("pass `--allow-writes`"));
+}
+
+#[test]
+fn bad_calls_and_broken_services_exit_2_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let reads_only = dir.path().join("reads.yaml");
+    std::fs::write(
+        &reads_only,
+        "openapi: 3.0.3\ninfo: { title: R, version: '1' }\npaths:\n  /a:\n    get:\n      responses:\n        '200': { description: ok }\n",
+    )
+    .unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![reads_only.display().to_string()],
+            "declares no keyed operation",
+        ),
+        (
+            vec![SPEC.into(), "--operation".into(), "createOrdr".into()],
+            "did you mean `createOrder`?",
+        ),
+        (
+            vec![SPEC.into(), "--header".into(), "no colon".into()],
+            "expected `NAME: VALUE`",
+        ),
+        (
+            vec![
+                SPEC.into(),
+                "--body".into(),
+                "createOrder=@/nonexistent".into(),
+            ],
+            "cannot read `/nonexistent`",
+        ),
+        (vec!["../fixtures/missing.yaml".into()], "missing.yaml"),
+    ];
+    for (args, says) in cases {
+        let mut all = vec!["probe".to_owned()];
+        all.extend(args);
+        all.extend([
+            "--base-url".into(),
+            "http://127.0.0.1:9".into(),
+            "--allow-writes".into(),
+        ]);
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        let out = idem(&refs);
+        assert_eq!(out.status.code(), Some(2), "{all:?}");
+        assert!(
+            text(&out.stderr).contains(says),
+            "{all:?}: {}",
+            text(&out.stderr)
+        );
+    }
+
+    let unreachable = idem(&[
+        "probe",
+        SPEC,
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--allow-writes",
+    ]);
+    assert_eq!(unreachable.status.code(), Some(2));
+    assert!(text(&unreachable.stderr).contains("cannot connect"));
+
+    for (defect, says) in [("hang", "within the timeout"), ("garbage", "not HTTP")] {
+        let Some(server) = Orders::start(defect, &[]) else {
+            return;
+        };
+        let started = Instant::now();
+        let out = idem(&[
+            "probe",
+            SPEC,
+            "--base-url",
+            &server.url,
+            "--allow-writes",
+            "--timeout",
+            "1",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{defect}");
+        assert!(
+            text(&out.stderr).contains(says),
+            "{defect}: {}",
+            text(&out.stderr)
+        );
+        // One timeout, not one per planned request.
+        assert!(started.elapsed() < Duration::from_secs(20), "{defect}");
+    }
+}
+
+#[test]
+fn checks_have_pages() {
+    let out = idem(&["explain", "PROBE004"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).starts_with("# concurrent-duplicates (PROBE004)"));
+    let out = idem(&["explain", "failed-request-not-stored"]);
+    assert!(text(&out.stdout).contains("PROBE007"));
+    // The committed pages are what the checks say.
+    for check in idem_codegen::probe::CHECKS {
+        let path = format!("../docs/probe/{}.md", check.slug);
+        let page = probe_page(check);
+        if std::env::var_os("IDEM_BLESS").is_some() {
+            std::fs::create_dir_all("../docs/probe").unwrap();
+            std::fs::write(&path, &page).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == page,
+            "{path} is stale: run `IDEM_BLESS=1 cargo test -p idem-codegen --test probe`"
+        );
+    }
+}
+
+fn probe_page(check: &idem_codegen::probe::Check) -> String {
+    format!(
+        "<!-- @generated from idem-codegen/src/probe.rs by `IDEM_BLESS=1 cargo test -p idem-codegen --test probe`; edit the check, not this page -->\n\n{}",
+        check.page()
+    )
+}
