@@ -32,6 +32,17 @@ for spec in fixtures/*.yaml fixtures/rules/*.yaml fixtures/swagger2/api.yaml; do
     (cd idem-codegen && sarif "../$spec" "$out/$n-relative-from-subdir.sarif")
 done
 
+# idem probe's SARIF, from a run in which a check fails: the tests' orders
+# server with a key that ignores the body.
+python3 idem-codegen/tests/probe_support/orders_server.py --defect ignore-body > "$out/orders.log" &
+orders=$!
+trap 'kill "$orders" 2>/dev/null || true; rm -rf "$out"' EXIT
+for _ in $(seq 1 100); do [ -s "$out/orders.log" ] && break; sleep 0.1; done
+port=$(awk '{print $3}' "$out/orders.log")
+"$idem" probe fixtures/probe.yaml --base-url "http://127.0.0.1:$port" --allow-writes \
+    --header 'X-Account-Id: acct-ci' --format sarif > "$out/probe.sarif" || [ $? -eq 1 ]
+grep -q '"ruleId": "PROBE002"' "$out/probe.sarif"
+
 "$tool" validate --rule-kind "Gh;Sarif" --output "$out/validation.json" "$out"/*.sarif
 node - "$out/validation.json" <<'JS'
 const log = JSON.parse(require('fs').readFileSync(process.argv[2], 'utf8'));
