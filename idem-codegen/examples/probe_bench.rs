@@ -37,7 +37,9 @@ fn main() {
     let spec = format!("{root}/fixtures/probe.yaml");
     for delay in ["0", "50"] {
         let mut child = match Command::new("python3")
-            .arg(format!("{root}/idem-codegen/tests/probe_support/orders_server.py"))
+            .arg(format!(
+                "{root}/idem-codegen/tests/probe_support/orders_server.py"
+            ))
             .args(["--delay-ms", delay])
             .stdout(Stdio::piped())
             .spawn()
@@ -52,7 +54,12 @@ fn main() {
         if let Some(out) = child.stdout.take() {
             let _ = BufReader::new(out).read_line(&mut line);
         }
-        let port = line.trim().rsplit(' ').next().unwrap_or_default().to_owned();
+        let port = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
         let url = format!("http://127.0.0.1:{port}");
         let label = format!("orders server, +{delay} ms per request");
         row(&label, &spec, &url, "X-Account-Id: acct-bench", runs);
