@@ -261,104 +261,105 @@ async fn two_callers_with_one_key_value_never_see_each_other() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_inputs_are_clear_400s_that_record_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let url = stores(&dir).await.remove(0);
-    let server = Server::start(&url, None);
-    let http = reqwest::Client::new();
-    let (account, key) = (unique("acct"), unique("key"));
+    for url in stores(&dir).await {
+        let server = Server::start(&url, None);
+        let http = reqwest::Client::new();
+        let (account, key) = (unique("acct"), unique("key"));
 
-    // A wrong type inside the body names the field.
-    let bad = json!({"order_id": "order-1", "amount": "twelve", "currency": "usd"});
-    let r = charge(&http, &server, &account, &key, &bad).await;
-    assert_eq!(r.status(), 400);
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["code"], "invalid_request");
-    assert_eq!(body["field"], "body.amount", "{body}");
+        // A wrong type inside the body names the field.
+        let bad = json!({"order_id": "order-1", "amount": "twelve", "currency": "usd"});
+        let r = charge(&http, &server, &account, &key, &bad).await;
+        assert_eq!(r.status(), 400);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["code"], "invalid_request");
+        assert_eq!(body["field"], "body.amount", "{body}");
 
-    // Malformed JSON.
-    let r = http
-        .post(server.url("/v1/charges"))
-        .header("x-account-id", &account)
-        .header("idempotency-key", &key)
-        .header("content-type", "application/json")
-        .body("{\"order_id\": ")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
+        // Malformed JSON.
+        let r = http
+            .post(server.url("/v1/charges"))
+            .header("x-account-id", &account)
+            .header("idempotency-key", &key)
+            .header("content-type", "application/json")
+            .body("{\"order_id\": ")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
 
-    // A keyword of the schema (`amount` has `minimum: 1`): refused before
-    // the claim, naming the field and the rule.
-    let zero = json!({"order_id": "order-1", "amount": 0, "currency": "usd"});
-    let r = charge(&http, &server, &account, &key, &zero).await;
-    assert_eq!(r.status(), 400);
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(
-        (body["field"].as_str(), body["message"].as_str()),
-        (Some("body.amount"), Some("must be at least 1")),
-        "{body}"
-    );
+        // A keyword of the schema (`amount` has `minimum: 1`): refused before
+        // the claim, naming the field and the rule.
+        let zero = json!({"order_id": "order-1", "amount": 0, "currency": "usd"});
+        let r = charge(&http, &server, &account, &key, &zero).await;
+        assert_eq!(r.status(), 400);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(
+            (body["field"].as_str(), body["message"].as_str()),
+            (Some("body.amount"), Some("must be at least 1")),
+            "{body}"
+        );
 
-    // None of the refusals kept the key: the corrected request runs.
-    let good = json!({"order_id": "order-1", "amount": 1200, "currency": "usd"});
-    let r = charge(&http, &server, &account, &key, &good).await;
-    assert_eq!(r.status(), 201);
-    assert!(!r.headers().contains_key("idempotent-replayed"));
+        // None of the refusals kept the key: the corrected request runs.
+        let good = json!({"order_id": "order-1", "amount": 1200, "currency": "usd"});
+        let r = charge(&http, &server, &account, &key, &good).await;
+        assert_eq!(r.status(), 201);
+        assert!(!r.headers().contains_key("idempotent-replayed"));
 
-    // Path and query parameters of the wrong type.
-    let r = http
-        .get(server.url("/v1/charges/abc"))
-        .header("x-account-id", &account)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["field"], "path.charge_id", "{body}");
-    let r = http
-        .get(server.url("/v1/charges?limit=ten"))
-        .header("x-account-id", &account)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["field"], "query.limit", "{body}");
+        // Path and query parameters of the wrong type.
+        let r = http
+            .get(server.url("/v1/charges/abc"))
+            .header("x-account-id", &account)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["field"], "path.charge_id", "{body}");
+        let r = http
+            .get(server.url("/v1/charges?limit=ten"))
+            .header("x-account-id", &account)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["field"], "query.limit", "{body}");
 
-    // The caller's scope header, on a route without a key: missing is
-    // `401`, empty `400`, exactly as on keyed routes.
-    let r = http.get(server.url("/v1/charges")).send().await.unwrap();
-    assert_eq!(r.status(), 401);
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["code"], "caller_unidentified", "{body}");
-    let r = http
-        .get(server.url("/v1/charges"))
-        .header("x-account-id", "")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["code"], "caller_scope_invalid", "{body}");
-    // A limit below the spec's `minimum: 1`.
-    let r = http
-        .get(server.url("/v1/charges?limit=0"))
-        .header("x-account-id", &account)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["field"], "query.limit", "{body}");
+        // The caller's scope header, on a route without a key: missing is
+        // `401`, empty `400`, exactly as on keyed routes.
+        let r = http.get(server.url("/v1/charges")).send().await.unwrap();
+        assert_eq!(r.status(), 401);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["code"], "caller_unidentified", "{body}");
+        let r = http
+            .get(server.url("/v1/charges"))
+            .header("x-account-id", "")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["code"], "caller_scope_invalid", "{body}");
+        // A limit below the spec's `minimum: 1`.
+        let r = http
+            .get(server.url("/v1/charges?limit=0"))
+            .header("x-account-id", &account)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["field"], "query.limit", "{body}");
 
-    // Unknown paths and methods.
-    let r = http.get(server.url("/v2/nothing")).send().await.unwrap();
-    assert_eq!(r.status(), 404);
-    assert_eq!(r.json::<Value>().await.unwrap()["code"], "not_found");
-    let r = http.delete(server.url("/v1/charges")).send().await.unwrap();
-    assert_eq!(r.status(), 405);
+        // Unknown paths and methods.
+        let r = http.get(server.url("/v2/nothing")).send().await.unwrap();
+        assert_eq!(r.status(), 404);
+        assert_eq!(r.json::<Value>().await.unwrap()["code"], "not_found");
+        let r = http.delete(server.url("/v1/charges")).send().await.unwrap();
+        assert_eq!(r.status(), 405);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
