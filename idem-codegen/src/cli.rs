@@ -140,6 +140,10 @@ pub struct ProbeArgs {
     /// for the caller-isolation check.
     #[arg(long, value_name = "NAME: VALUE")]
     pub second_caller: Option<String>,
+    /// The value of a path, query, header or cookie parameter, by its name
+    /// in the spec (`--param account_id=acct_123`); repeatable.
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
     /// The request body of operation ID, from FILE; repeatable.
     #[arg(long = "body", value_name = "ID=@FILE")]
     pub bodies: Vec<String>,

@@ -137,6 +137,8 @@ pub struct Settings {
     pub rounds: usize,
     /// The caller's identity (`--header`), sent on every request.
     pub headers: Vec<(String, String)>,
+    /// Values of path, query, header or cookie parameters (`--param`), by name.
+    pub params: Vec<(String, String)>,
     /// A second caller's identity (`--second-caller`), for the isolation check.
     pub second_caller: Option<(String, String)>,
     /// Each request's timeout.
@@ -149,6 +151,7 @@ impl Default for Settings {
             concurrency: 20,
             rounds: 2,
             headers: Vec::new(),
+            params: Vec::new(),
             second_caller: None,
             timeout: Duration::from_secs(10),
         }
@@ -291,7 +294,7 @@ pub fn plan(
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, b)| b.as_slice());
-        let body = body::request(model, op, given);
+        let body = body::request(model, op, given, &settings.params);
         let body = body.and_then(|b| match (&key, &b.json) {
             (KeyPlace::Body(field), None) => Err(format!(
                 "the key travels in the body field `{field}`, and the probe sets it only in a JSON body"

@@ -232,3 +232,59 @@ fn swagger_2_findings_have_real_positions() {
         }
     }
 }
+
+/// `idem probe --dry-run` plans every root document of the corpus, or
+/// refuses it clearly (no keyed operation, an unreadable spec): the body
+/// synthesis meets real schemas and never panics. Nothing is sent.
+#[test]
+fn probe_plans_every_root_document_or_refuses_clearly() {
+    let Some(dir) = corpus() else {
+        eprintln!("skipped: ../shared/specs is absent (set IDEM_SPECS_DIR to point elsewhere)");
+        return;
+    };
+    let manifest = std::fs::read_to_string(dir.join("MANIFEST.tsv")).unwrap();
+    let mut planned = 0;
+    for line in manifest.lines().skip(1) {
+        let Some(path) = line.split('\t').next() else {
+            continue;
+        };
+        let spec = dir.join(path);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run(
+            [
+                "idem",
+                "probe",
+                spec.to_str().unwrap(),
+                "--base-url",
+                "http://127.0.0.1:9",
+                "--dry-run",
+            ],
+            &mut out,
+            &mut err,
+        );
+        let (out, err) = (String::from_utf8_lossy(&out), String::from_utf8_lossy(&err));
+        match code {
+            EXIT_CLEAN => {
+                assert!(
+                    out.contains("at most, none of them retried"),
+                    "{path}: {out}"
+                );
+                planned += 1;
+                let skipped = out.lines().filter(|l| l.starts_with("  skipped:")).count();
+                eprintln!(
+                    "{path}: {} ({skipped} operations without a body the probe can make)",
+                    out.lines().last().unwrap_or_default()
+                );
+            }
+            EXIT_ERROR => {
+                assert!(err.starts_with("error: "), "{path}: {err}");
+                eprintln!("{path}: {}", err.lines().next().unwrap_or_default());
+            }
+            other => panic!("{path}: exit {other}: {err}"),
+        }
+    }
+    assert!(
+        planned >= 5,
+        "only {planned} corpus specs have keyed operations to plan"
+    );
+}

@@ -381,3 +381,38 @@ fn probe_page(check: &idem_codegen::probe::Check) -> String {
         check.page()
     )
 }
+
+#[test]
+fn a_parameter_the_probe_cannot_make_is_given_with_param() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("accounts.yaml");
+    std::fs::write(
+        &spec,
+        "openapi: 3.0.3\ninfo: { title: A, version: '1' }\npaths:\n  /v1/accounts/{account}/orders:\n    post:\n      operationId: createOrder\n      x-idempotency: { key: required }\n      parameters:\n        - { name: account, in: path, required: true, schema: { type: string, pattern: '^AC[0-9]{4}$' } }\n        - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 64 } }\n      requestBody:\n        content:\n          application/json:\n            schema: { type: object, required: [item], properties: { item: { type: string } } }\n      responses:\n        '201': { description: made }\n        '409': { description: conflict }\n",
+    )
+    .unwrap();
+    let spec = spec.to_str().unwrap();
+    let base = [
+        "probe",
+        spec,
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--dry-run",
+    ];
+    let out = idem(&base);
+    let plan = text(&out.stdout);
+    assert!(
+        plan.contains("createOrder (POST /v1/accounts/{account}/orders): 0 requests")
+            && plan.contains("give its value with `--param account=VALUE`"),
+        "{plan}"
+    );
+    let out = idem(&[&base[..], &["--param", "account=AC1234"]].concat());
+    let plan = text(&out.stdout);
+    assert!(
+        plan.contains("createOrder (POST /v1/accounts/{account}/orders): 49 requests"),
+        "{plan}"
+    );
+    let out = idem(&[&base[..], &["--param", "=x"]].concat());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("expected `NAME=VALUE`"));
+}

@@ -38,7 +38,13 @@ pub struct Body {
 const MAX_DEPTH: usize = 24;
 
 /// The request for `op`, or why the probe cannot make one.
-pub fn request(model: &Model, op: &Operation, given: Option<&[u8]>) -> Result<Body, String> {
+/// `params` are `--param` values, by parameter name.
+pub fn request(
+    model: &Model,
+    op: &Operation,
+    given: Option<&[u8]>,
+    params: &[(String, String)],
+) -> Result<Body, String> {
     let schemas = &model.schemas;
     let key_header = match &op.key.source {
         Some(crate::model::KeySource::Header { name, .. }) => Some(name.as_str()),
@@ -55,7 +61,10 @@ pub fn request(model: &Model, op: &Operation, given: Option<&[u8]>) -> Result<Bo
         if !wanted || is_key {
             continue;
         }
-        let value = parameter_value(schemas, p)?;
+        let value = match params.iter().find(|(name, _)| *name == p.name) {
+            Some((_, value)) => value.clone(),
+            None => parameter_value(schemas, p)?,
+        };
         match p.location.as_str() {
             "path" => {
                 path = path.replace(&format!("{{{}}}", p.name), &percent_encode(&value));
@@ -148,8 +157,12 @@ fn is_json(media_type: &str) -> bool {
 /// A parameter's value as text: the smallest instance of its schema.
 fn parameter_value(schemas: &Schemas, p: &Parameter) -> Result<String, String> {
     let value = match &p.schema {
-        Some(schema) => instance(schemas, schema, 0)
-            .map_err(|e| format!("the {} parameter `{}`: {e}", p.location, p.name))?,
+        Some(schema) => instance(schemas, schema, 0).map_err(|e| {
+            format!(
+                "the {} parameter `{}`: {e}; give its value with `--param {}=VALUE`",
+                p.location, p.name, p.name
+            )
+        })?,
         None => Value::String("idem-probe".into()),
     };
     Ok(match value {
@@ -371,7 +384,7 @@ fn string(schema: &Schema, format: StringFormat) -> Result<Value, String> {
         }
     }
     Err(format!(
-        "no value the probe tries matches the pattern `{pattern}`; give the body with `--body`"
+        "no value the probe tries matches the pattern `{pattern}`"
     ))
 }
 

@@ -46,6 +46,17 @@ pub fn run(
             }
         }
     }
+    for param in &args.params {
+        match param.split_once('=') {
+            Some((name, value)) if !name.is_empty() => {
+                settings.params.push((name.to_owned(), value.to_owned()));
+            }
+            _ => {
+                writeln!(stderr, "error: `--param {param}`: expected `NAME=VALUE`")?;
+                return Ok(EXIT_ERROR);
+            }
+        }
+    }
     let mut bodies = Vec::new();
     for body in &args.bodies {
         match read_body(body) {
