@@ -117,7 +117,15 @@ fn main() {
             continue;
         }
         let started = Instant::now();
-        let status = Command::new(env!("CARGO"))
+        let mut command = Command::new(env!("CARGO"));
+        // The rustc beside this cargo: run outside `cargo run`, a rustup
+        // proxy would otherwise pick a toolchain from each dependency's own
+        // `rust-toolchain` file.
+        let rustc = Path::new(env!("CARGO")).with_file_name("rustc");
+        if std::env::var_os("RUSTC").is_none() && rustc.is_file() {
+            command.env("RUSTC", rustc);
+        }
+        let status = command
             .args([
                 "check",
                 "--quiet",

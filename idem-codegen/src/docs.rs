@@ -18,9 +18,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The templates live in the workspace's `templates/` directory
-//! (`idempotency.md`, `idempotency.html`); `askama.toml` points askama at it
-//! and gives `.md` templates the [`text::Markdown`] escaper.
+//! The templates live in the crate's `templates/` directory
+//! (`idempotency.md`, `idempotency.html`; the workspace's top-level
+//! `templates` is a link to it, and the published crate carries them);
+//! `askama.toml` points askama at it and gives `.md` templates the
+//! [`text::Markdown`] escaper.
 
 use askama::Template;
 
