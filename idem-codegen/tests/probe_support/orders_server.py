@@ -42,6 +42,7 @@ def new_id():
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     defect = "correct"
     delay = 0.0
 
