@@ -71,9 +71,18 @@ fn text(bytes: &[u8]) -> String {
 
 /// Probe `url` with both callers, as JSON: (exit code, report).
 fn probe(url: &str, extra: &[&str]) -> (i32, Value) {
+    probe_with(SPEC, url, extra)
+}
+
+/// [`probe`] against another spec.
+fn probe_spec(spec: &std::path::Path, url: &str) -> (i32, Value) {
+    probe_with(spec.to_str().unwrap(), url, &[])
+}
+
+fn probe_with(spec: &str, url: &str, extra: &[&str]) -> (i32, Value) {
     let mut args = vec![
         "probe",
-        SPEC,
+        spec,
         "--base-url",
         url,
         "--allow-writes",
@@ -415,4 +424,72 @@ fn a_parameter_the_probe_cannot_make_is_given_with_param() {
     let out = idem(&[&base[..], &["--param", "=x"]].concat());
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("expected `NAME=VALUE`"));
+}
+
+/// A key in the body (Square's and Dwolla's style): the probe writes its own
+/// key into the field, over any the example holds, and leaves the field out
+/// for the missing-key check.
+#[test]
+fn a_key_in_the_body_is_probed_like_a_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("body-key.yaml");
+    let fixture = std::fs::read_to_string(SPEC).unwrap();
+    let body_keyed = fixture
+        .replace(
+            "      x-idempotency:\n        effect: create\n        key: required\n      parameters:\n        - name: Idempotency-Key\n          in: header\n          required: true\n          schema: { type: string, minLength: 1, maxLength: 64 }\n",
+            "      x-idempotency:\n        effect: create\n        key: required\n        key-in: body\n      parameters:\n",
+        )
+        .replace(
+            "example: { item: probe-widget, quantity: 2 }",
+            "example: { item: probe-widget, quantity: 2, idempotency_key: from-the-example }",
+        )
+        .replace(
+            "      required: [item, quantity]\n      properties:\n",
+            "      required: [item, quantity, idempotency_key]\n      properties:\n        idempotency_key: { type: string, minLength: 1, maxLength: 64 }\n",
+        );
+    assert_ne!(body_keyed, fixture);
+    std::fs::write(&spec, &body_keyed).unwrap();
+    let Some(server) = Orders::start("correct", &["--key-in", "body"]) else {
+        return;
+    };
+    let (code, report) = probe_spec(&spec, &server.url);
+    assert_eq!(code, 0, "{report:#}");
+    for (check, outcome) in outcomes(&report) {
+        assert_eq!(outcome, "held", "{check}: {report:#}");
+    }
+    let sent = report.to_string();
+    assert!(!sent.contains("from-the-example"), "{report:#}");
+}
+
+/// `in-flight: accepted`: duplicates of a running request are answered `202`
+/// with where to follow it. They are not second originals.
+#[test]
+fn accepted_duplicates_are_not_second_originals() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("accepted.yaml");
+    let fixture = std::fs::read_to_string(SPEC).unwrap();
+    let accepted = fixture
+        .replace(
+            "  scope: account\n",
+            "  scope: account\n  in-flight: accepted\n",
+        )
+        .replace(
+            "        \"400\": { $ref: \"#/components/responses/Problem\" }\n        \"401\"",
+            "        \"202\": { description: Still running; follow the status URL. }\n        \"400\": { $ref: \"#/components/responses/Problem\" }\n        \"401\"",
+        );
+    assert_eq!(accepted.matches("in-flight: accepted").count(), 1);
+    assert!(accepted.contains("\"202\""));
+    std::fs::write(&spec, &accepted).unwrap();
+    let Some(server) = Orders::start("correct", &["--in-flight", "accepted"]) else {
+        return;
+    };
+    let (code, report) = probe_spec(&spec, &server.url);
+    let concurrent = report["operations"][0]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "concurrent-duplicates")
+        .unwrap();
+    assert_eq!(concurrent["outcome"], "held", "{report:#}");
+    assert_eq!(code, 0, "{report:#}");
 }

@@ -13,6 +13,7 @@ use super::{
     KeyPlace, PAYLOAD_MISMATCH, Plan, REPLAY, Settings, Target,
 };
 use crate::model::Model;
+use crate::vocab::InFlight;
 
 /// How a check ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -488,10 +489,12 @@ impl Runner<'_> {
         };
         let bytes = match json {
             Some(mut value) => {
-                if let (KeyPlace::Body(field), KeyValue::Some(k), Value::Object(map)) =
-                    (&target.key, &send.key, &mut value)
-                {
-                    map.insert(field.clone(), Value::String(k.clone()));
+                if let (KeyPlace::Body(field), Value::Object(map)) = (&target.key, &mut value) {
+                    // An example's own key never travels: the probe's, or none.
+                    match &send.key {
+                        KeyValue::Some(k) => map.insert(field.clone(), Value::String(k.clone())),
+                        KeyValue::None => map.remove(field),
+                    };
                 }
                 Some(serde_json::to_vec(&value).unwrap_or_default())
             }
@@ -642,7 +645,13 @@ impl Runner<'_> {
 
     async fn concurrent(&self, target: &Target, evidence: &mut Vec<Exchange>) -> (Verdict, String) {
         let n = self.settings.concurrency.max(1);
-        let in_flight = declared_of(self.model, target, &[409, 425, 429, 503]);
+        let mut in_flight = declared_of(self.model, target, &[409, 425, 429, 503]);
+        // `in-flight: accepted`: a duplicate of a running request is told
+        // `202` and where to follow it; that is not a second original.
+        let accepted = self.model.operations[target.index].settings.in_flight == InFlight::Accepted;
+        if accepted {
+            in_flight.push(202);
+        }
         let header = target.replay_header.as_deref();
         let mut made = 0;
         for round in 0..self.settings.rounds {
@@ -661,6 +670,7 @@ impl Runner<'_> {
             let mut shown = Vec::new();
             for (text, result) in results {
                 match result {
+                    Ok(a) if accepted && a.status == 202 => {}
                     Ok(a) if a.ok() => {
                         if !a.has(header) {
                             fresh += 1;

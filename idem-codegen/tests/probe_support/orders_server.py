@@ -16,6 +16,12 @@ fails and every other check holds:
   hang              accepts connections and never answers
   garbage           answers every connection with bytes that are not HTTP
 
+With `--in-flight accepted` a duplicate of a running request gets `202`
+and where to follow it, instead of a `409`.
+
+With `--key-in body` the key travels in the JSON body's `idempotency_key`
+field instead of the `Idempotency-Key` header.
+
 It prints `listening on PORT` once it accepts connections.
 """
 
@@ -45,6 +51,8 @@ class Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     defect = "correct"
     delay = 0.0
+    key_in_body = False
+    in_flight_accepted = False
 
     def log_message(self, *args):
         pass
@@ -85,7 +93,13 @@ class Handler(BaseHTTPRequestHandler):
         account = self.headers.get("X-Account-Id")
         if not account:
             return self.problem(401, "caller_unidentified", "X-Account-Id is missing")
-        key = self.headers.get("Idempotency-Key")
+        if self.key_in_body:
+            try:
+                key = json.loads(raw).get("idempotency_key")
+            except (ValueError, AttributeError):
+                key = None
+        else:
+            key = self.headers.get("Idempotency-Key")
         if key is None:
             return self.problem(400, "idempotency_key_missing", "Idempotency-Key is required")
         if not key or len(key) > 64 or any(not ("!" <= c <= "~") for c in key):
@@ -107,10 +121,14 @@ class Handler(BaseHTTPRequestHandler):
                 KEYS[slot] = {"state": "running", "fingerprint": fingerprint}
         if seen is not None:
             return self.replay(seen, fingerprint, raw)
+        if self.in_flight_accepted:
+            time.sleep(0.05)
         self.create(raw, slot, fingerprint, account)
 
     def replay(self, seen, fingerprint, raw):
         if seen["state"] == "running":
+            if self.in_flight_accepted:
+                return self.answer(202, {"status_url": "/idempotency-keys/running"})
             return self.problem(409, "idempotency_key_in_use", "a request with this key is running")
         if seen["fingerprint"] != fingerprint and self.defect != "ignore-body":
             return self.problem(409, "idempotency_key_reused", "the key was used for another request")
@@ -127,7 +145,7 @@ class Handler(BaseHTTPRequestHandler):
             item, quantity = order["item"], order["quantity"]
             valid = (
                 isinstance(order, dict)
-                and set(order) <= {"item", "quantity", "note"}
+                and set(order) <= {"item", "quantity", "note", "idempotency_key"}
                 and isinstance(item, str) and 1 <= len(item) <= 40
                 and isinstance(quantity, int) and 1 <= quantity <= 100
             )
@@ -165,6 +183,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--defect", default="correct")
     parser.add_argument("--delay-ms", type=float, default=0.0)
+    parser.add_argument("--key-in", choices=["header", "body"], default="header")
+    parser.add_argument("--in-flight", choices=["conflict", "accepted"], default="conflict")
     args = parser.parse_args()
     if args.defect in ("hang", "garbage"):
         listener = socket.socket()
@@ -176,6 +196,8 @@ def main():
         return
     Handler.defect = args.defect
     Handler.delay = args.delay_ms / 1000.0
+    Handler.key_in_body = args.key_in == "body"
+    Handler.in_flight_accepted = args.in_flight == "accepted"
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     server.request_queue_size = 128
