@@ -250,7 +250,9 @@ pub fn sarif(model: &Model, report: &RunReport, root: &Path) -> Json {
                 "id": c.code,
                 "name": c.slug,
                 "shortDescription": { "text": c.summary },
+                "fullDescription": { "text": c.summary },
                 "help": { "text": c.page(), "markdown": c.page() },
+                "defaultConfiguration": { "level": "error" },
                 "properties": { "tags": ["idempotency", "probe"] },
             })
         })
