@@ -24,6 +24,7 @@ pub use body::Body;
 /// One property of the key contract, checked from outside.
 #[derive(Debug)]
 pub struct Check {
+    pub kind: CheckKind,
     /// `PROBE001`…; never reused.
     pub code: &'static str,
     /// Kebab-case name.
@@ -34,11 +35,29 @@ pub struct Check {
     pub docs: &'static str,
 }
 
+/// Which property a [`Check`] holds the service to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckKind {
+    Replay,
+    PayloadMismatch,
+    CallerIsolation,
+    ConcurrentDuplicates,
+    KeyRequired,
+    KeyBounds,
+    FailedNotStored,
+}
+
 macro_rules! checks {
-    ($($name:ident = $code:literal, $slug:literal, $summary:literal, $docs:literal;)*) => {
+    ($($name:ident = $kind:ident, $code:literal, $slug:literal, $summary:literal, $docs:literal;)*) => {
         $(
             #[doc = $summary]
-            pub const $name: Check = Check { code: $code, slug: $slug, summary: $summary, docs: $docs };
+            pub const $name: Check = Check {
+                kind: CheckKind::$kind,
+                code: $code,
+                slug: $slug,
+                summary: $summary,
+                docs: $docs,
+            };
         )*
         /// Every check, in the order a run makes them.
         pub const CHECKS: &[&Check] = &[$(&$name),*];
@@ -46,7 +65,7 @@ macro_rules! checks {
 }
 
 checks! {
-    REPLAY = "PROBE001", "replay",
+    REPLAY = Replay, "PROBE001", "replay",
         "the same key and body twice: the second answer is the first's",
         "## What it sends\n\nOne valid request with a fresh key, then the same request again.\n\n\
          ## What holds\n\nThe second answer has the first's status and the same body (compared as JSON \
@@ -58,7 +77,7 @@ checks! {
          The other checks that need a working replay (concurrent duplicates, payload mismatch, caller \
          isolation, failed request not stored) say they cannot decide when this one fails, so one defect \
          is reported once.\n";
-    PAYLOAD_MISMATCH = "PROBE002", "payload-mismatch",
+    PAYLOAD_MISMATCH = PayloadMismatch, "PROBE002", "payload-mismatch",
         "the same key with another body: the declared reuse conflict",
         "## What it sends\n\nThe replay check's key again, with a body that differs in one field and is \
          still valid.\n\n\
@@ -66,7 +85,7 @@ checks! {
          replayed, which would tell the caller its second request succeeded, and not a second original.\n\n\
          ## Why it matters\n\nA key reused for another request is a client bug. A server that ignores the \
          body hides it, and the caller believes an order for 5 went through when the order for 2 did.\n";
-    CALLER_ISOLATION = "PROBE003", "caller-isolation",
+    CALLER_ISOLATION = CallerIsolation, "PROBE003", "caller-isolation",
         "another caller's request with the same key value is its own request",
         "## What it sends\n\nThe replay check's key and body again, as the caller `--second-caller` names \
          (a header, such as another account's `Authorization`).\n\n\
@@ -74,7 +93,7 @@ checks! {
          ## Why it matters\n\nKeys are chosen by callers, and two callers choose `order-1` alike. In one \
          key space for all callers, the second gets the first's answer: a silent failure for it, and a leak \
          of the first's data. Without `--second-caller` the check is skipped, and the report says so.\n";
-    CONCURRENT_DUPLICATES = "PROBE004", "concurrent-duplicates",
+    CONCURRENT_DUPLICATES = ConcurrentDuplicates, "PROBE004", "concurrent-duplicates",
         "identical requests at once: exactly one original",
         "## What it sends\n\n`--concurrency` identical requests (default 20) with one fresh key, all at \
          once, in two rounds with a key each.\n\n\
@@ -85,7 +104,7 @@ checks! {
          running sends exactly this. A server that checks for the key and then inserts, without an atomic \
          claim, runs both. The report says how many rounds it made: a race that did not show in them is \
          not proof of its absence.\n";
-    KEY_REQUIRED = "PROBE005", "key-required",
+    KEY_REQUIRED = KeyRequired, "PROBE005", "key-required",
         "no key where the key is required: a 4xx and no effect",
         "## What it sends\n\nA valid request without the key, where the spec says the key is required; \
          then the same request with a fresh key.\n\n\
@@ -93,14 +112,14 @@ checks! {
          original (`2xx`), showing no trace of the first.\n\n\
          ## Why it matters\n\nA server that runs a keyless request cannot deduplicate its retries. The \
          check is skipped for an operation whose key is optional.\n";
-    KEY_BOUNDS = "PROBE006", "key-bounds",
+    KEY_BOUNDS = KeyBounds, "PROBE006", "key-bounds",
         "an over-long key and a key that is not visible ASCII: a 4xx, never a 5xx",
         "## What it sends\n\nA valid request whose key is one character over the declared maximum \
          (`key-max-length`, default 255), and one whose key holds a space and a non-ASCII character.\n\n\
          ## What holds\n\nBoth are answered `4xx`.\n\n\
          ## Why it matters\n\nA `5xx` tells a client to retry what will never succeed; a `2xx` means the \
          server stored a key it documents as invalid, or truncated it, so two different keys may meet.\n";
-    FAILED_NOT_STORED = "PROBE007", "failed-request-not-stored",
+    FAILED_NOT_STORED = FailedNotStored, "PROBE007", "failed-request-not-stored",
         "a refused request does not use up its key",
         "## What it sends\n\nAn invalid body with a fresh key, then a valid body with the same key.\n\n\
          ## What holds\n\nThe invalid body is answered `4xx`, and the valid one runs: a `2xx` original, \
@@ -311,26 +330,26 @@ pub fn plan(
         let key_required = op.key.requirement == KeyRequirement::Required;
         let mut checks = Vec::new();
         for check in CHECKS {
-            let planned = match (&body, check.code) {
-                (Err(reason), _) => Err(format!("no request to send: {reason}")),
-                (Ok(_), "PROBE001") => Ok(2),
-                (Ok(b), "PROBE002") => match b.variant {
-                    Some(_) => Ok(1),
-                    None => Err("no second valid body differs from the first in a field the probe can change; give one with `--body`".into()),
+            let planned = match &body {
+                Err(reason) => Err(format!("no request to send: {reason}")),
+                Ok(b) => match check.kind {
+                    CheckKind::Replay | CheckKind::KeyBounds => Ok(2),
+                    CheckKind::PayloadMismatch => match b.variant {
+                        Some(_) => Ok(1),
+                        None => Err("no second valid body differs from the first in a field the probe can change; give one with `--body`".into()),
+                    },
+                    CheckKind::CallerIsolation => match settings.second_caller {
+                        Some(_) => Ok(1),
+                        None => Err("no `--second-caller` was given".into()),
+                    },
+                    CheckKind::ConcurrentDuplicates => Ok(settings.concurrency * settings.rounds),
+                    CheckKind::KeyRequired if !key_required => Err("the key is optional".into()),
+                    CheckKind::KeyRequired => Ok(2),
+                    CheckKind::FailedNotStored => match b.invalid {
+                        Some(_) => Ok(2),
+                        None => Err("the probe cannot make a body the spec forbids that is otherwise the same; give the operation a body schema with a required field".into()),
+                    },
                 },
-                (Ok(_), "PROBE003") => match settings.second_caller {
-                    Some(_) => Ok(1),
-                    None => Err("no `--second-caller` was given".into()),
-                },
-                (Ok(_), "PROBE004") => Ok(settings.concurrency * settings.rounds),
-                (Ok(_), "PROBE005") if !key_required => Err("the key is optional".into()),
-                (Ok(_), "PROBE005") => Ok(2),
-                (Ok(_), "PROBE006") => Ok(2),
-                (Ok(b), "PROBE007") => match b.invalid {
-                    Some(_) => Ok(2),
-                    None => Err("the probe cannot make a body the spec forbids that is otherwise the same; give the operation a body schema with a required field".into()),
-                },
-                (Ok(_), _) => Err("unknown check".into()),
             };
             checks.push((*check, planned));
         }

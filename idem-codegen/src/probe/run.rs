@@ -8,10 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{
-    CALLER_ISOLATION, CONCURRENT_DUPLICATES, Check, FAILED_NOT_STORED, KEY_BOUNDS, KEY_REQUIRED,
-    KeyPlace, PAYLOAD_MISMATCH, Plan, REPLAY, Settings, Target,
-};
+use super::{Check, CheckKind, KeyPlace, Plan, REPLAY, Settings, Target};
 use crate::model::Model;
 use crate::vocab::InFlight;
 
@@ -54,6 +51,27 @@ pub struct Exchange {
     pub status: Option<u16>,
     /// The answer's first bytes, or the transport error.
     pub answer: String,
+}
+
+impl Exchange {
+    fn answered(request: String, answer: &Answer) -> Exchange {
+        Exchange {
+            request,
+            status: Some(answer.status),
+            answer: cut(&answer.body),
+        }
+    }
+
+    fn of(request: String, result: &Result<Answer, String>) -> Exchange {
+        match result {
+            Ok(answer) => Exchange::answered(request, answer),
+            Err(e) => Exchange {
+                request,
+                status: None,
+                answer: e.clone(),
+            },
+        }
+    }
 }
 
 /// One check of one operation.
@@ -317,7 +335,9 @@ impl Runner<'_> {
                 });
             }
         };
-        let mut replay: Option<(String, Answer)> = None;
+        // The replay check's key and original answer, once it has held: the
+        // checks that build on a working replay start from them.
+        let mut replayed: Option<(String, Answer)> = None;
         for (check, planned) in &target.checks {
             if let Err(reason) = planned {
                 outcomes.push(outcome(check, Verdict::Skipped(reason.clone()), Vec::new()));
@@ -326,21 +346,19 @@ impl Runner<'_> {
             self.progress.set(&target.label, check);
             let mut evidence = Vec::new();
             let mut tries = None;
-            let verdict = if check.code == REPLAY.code {
-                let (verdict, first) = self.replay(target, &mut evidence).await?;
-                replay = first;
-                verdict
-            } else if check.code == KEY_REQUIRED.code {
-                self.key_required(target, &mut evidence).await
-            } else if check.code == KEY_BOUNDS.code {
-                self.key_bounds(target, &mut evidence).await
-            } else if let Some((key, first)) = replay.as_ref().filter(|_| {
-                outcomes
-                    .first()
-                    .is_some_and(|o: &Outcome| o.verdict == Verdict::Held)
-            }) {
-                let mismatch = check.code == PAYLOAD_MISMATCH.code;
-                if mismatch || check.code == CALLER_ISOLATION.code {
+            let verdict = match (check.kind, &replayed) {
+                (CheckKind::Replay, _) => {
+                    let (verdict, first) = self.replay(target, &mut evidence).await?;
+                    replayed = first.filter(|_| verdict == Verdict::Held);
+                    verdict
+                }
+                (CheckKind::KeyRequired, _) => self.key_required(target, &mut evidence).await,
+                (CheckKind::KeyBounds, _) => self.key_bounds(target, &mut evidence).await,
+                (
+                    kind @ (CheckKind::PayloadMismatch | CheckKind::CallerIsolation),
+                    Some((key, first)),
+                ) => {
+                    let mismatch = kind == CheckKind::PayloadMismatch;
                     let again = if mismatch {
                         (Payload::Variant, Caller::First)
                     } else {
@@ -354,20 +372,19 @@ impl Runner<'_> {
                         Ok(answer) => isolation(target, &answer, first),
                         Err(verdict) => verdict,
                     }
-                } else if check.code == CONCURRENT_DUPLICATES.code {
+                }
+                (CheckKind::ConcurrentDuplicates, Some(_)) => {
                     let (verdict, made) = self.concurrent(target, &mut evidence).await;
                     tries = Some(made);
                     verdict
-                } else if check.code == FAILED_NOT_STORED.code {
-                    self.failed_not_stored(target, &mut evidence).await
-                } else {
-                    Verdict::Skipped("unknown check".into())
                 }
-            } else {
-                Verdict::Undecided(format!(
+                (CheckKind::FailedNotStored, Some(_)) => {
+                    self.failed_not_stored(target, &mut evidence).await
+                }
+                (_, None) => Verdict::Undecided(format!(
                     "it builds on `{}`, which did not hold: a service that does not replay cannot be judged on the rest",
                     REPLAY.slug
-                ))
+                )),
             };
             outcomes.push(Outcome {
                 check,
@@ -392,19 +409,7 @@ impl Runner<'_> {
         evidence: &mut Vec<Exchange>,
     ) -> Result<Answer, String> {
         let (text, result) = self.exchange(target, send).await;
-        let exchange = match &result {
-            Ok(a) => Exchange {
-                request: text,
-                status: Some(a.status),
-                answer: cut(&a.body),
-            },
-            Err(e) => Exchange {
-                request: text,
-                status: None,
-                answer: e.clone(),
-            },
-        };
-        evidence.push(exchange);
+        evidence.push(Exchange::of(text, &result));
         result
     }
 
@@ -676,21 +681,13 @@ impl Runner<'_> {
                             fresh += 1;
                         }
                         if !originals.iter().any(|o| o.same_body(&a)) {
-                            shown.push(Exchange {
-                                request: text,
-                                status: Some(a.status),
-                                answer: cut(&a.body),
-                            });
+                            shown.push(Exchange::answered(text, &a));
                             originals.push(a);
                         }
                     }
                     Ok(a) if in_flight.contains(&a.status) => {}
                     Ok(a) => {
-                        shown.push(Exchange {
-                            request: text,
-                            status: Some(a.status),
-                            answer: cut(&a.body),
-                        });
+                        shown.push(Exchange::answered(text, &a));
                         problem.get_or_insert(format!(
                             "a duplicate was answered {}, neither a replay nor the in-flight conflict ({})",
                             a.status,
@@ -698,12 +695,8 @@ impl Runner<'_> {
                         ));
                     }
                     Err(e) => {
-                        shown.push(Exchange {
-                            request: text,
-                            status: None,
-                            answer: e.clone(),
-                        });
                         problem.get_or_insert(format!("a duplicate got no answer: {e}"));
+                        shown.push(Exchange::of(text, &Err(e)));
                     }
                 }
             }
@@ -889,11 +882,10 @@ fn isolation(target: &Target, answer: &Answer, first: &Answer) -> Verdict {
 
 /// The replay check's original answer, shown beside what a later check got.
 fn original(first: &Answer) -> Exchange {
-    Exchange {
-        request: "the same key's original request (check `replay`)".into(),
-        status: Some(first.status),
-        answer: cut(&first.body),
-    }
+    Exchange::answered(
+        "the same key's original request (check `replay`)".into(),
+        first,
+    )
 }
 
 fn outcome(check: &'static Check, verdict: Verdict, evidence: Vec<Exchange>) -> Outcome {
