@@ -21,6 +21,10 @@ struct Row {
     spec: String,
     result: String,
     lines: usize,
+    /// Resource groups of the client (`client.charges()`).
+    groups: usize,
+    /// Names the generator had to number (`Error2`).
+    numbered: usize,
     generate_ms: u128,
     check_ms: u128,
 }
@@ -60,7 +64,7 @@ fn main() {
             path.replace(['/', '.', '_'], "-").to_ascii_lowercase()
         );
         let started = Instant::now();
-        let result = (|| -> Result<usize, String> {
+        let result = (|| -> Result<(usize, usize, usize), String> {
             let document = idem_codegen::load::Document::load(&specs_dir.join(path))
                 .map_err(|f| format!("load: {}", f.error))?;
             let model = idem_codegen::model::build(document, &idem_codegen::audit::rule_names())
@@ -78,16 +82,22 @@ fn main() {
                 write_if_changed(&out.join(&name).join(&file.path), &file.contents)
                     .map_err(|e| e.to_string())?;
             }
-            Ok(generated.lines)
+            Ok((
+                generated.lines,
+                groups(&generated.items),
+                numbered(&generated.items),
+            ))
         })();
         let generate_ms = started.elapsed().as_millis();
         match result {
-            Ok(lines) => {
+            Ok((lines, groups, numbered)) => {
                 members.push(name.clone());
                 rows.push(Row {
                     spec: (*path).to_owned(),
                     result: name,
                     lines,
+                    groups,
+                    numbered,
                     generate_ms,
                     check_ms: 0,
                 });
@@ -96,6 +106,8 @@ fn main() {
                 spec: (*path).to_owned(),
                 result: format!("FAIL generate: {e}"),
                 lines: 0,
+                groups: 0,
+                numbered: 0,
                 generate_ms,
                 check_ms: 0,
             }),
@@ -163,17 +175,63 @@ fn main() {
         eprintln!("{:<58} {}", row.spec, row.result);
     }
     println!(
-        "| spec | result | lines | generate ms | check ms |\n| --- | --- | ---: | ---: | ---: |"
+        "| spec | result | lines | groups | numbered names | generate ms | check ms |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: |"
     );
     for row in &rows {
         println!(
-            "| {} | {} | {} | {} | {} |",
-            row.spec, row.result, row.lines, row.generate_ms, row.check_ms
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            row.spec,
+            row.result,
+            row.lines,
+            row.groups,
+            row.numbered,
+            row.generate_ms,
+            row.check_ms
         );
     }
+    println!(
+        "\nnumbered names in all: {}",
+        rows.iter().map(|r| r.numbered).sum::<usize>()
+    );
     let total = rows.len();
     println!("\n{} of {total} compile with no warnings", total - failures);
     if failures > 0 {
         std::process::exit(1);
     }
+}
+
+/// The client's resource groups: one handle type each.
+fn groups(code: &str) -> usize {
+    code.lines()
+        .filter(|l| l.starts_with("pub struct ") && l.ends_with("Client<'a> {"))
+        .count()
+}
+
+/// Distinct identifiers that are another identifier (or a name the
+/// generated code reserves) plus a number: `Error2`, `new2`, `Order3`.
+/// Comments are left out, so a spec's own `Oauth2` in a doc is not counted.
+fn numbered(code: &str) -> usize {
+    const RESERVED: &[&str] = &["Client", "Error", "Result", "Api", "new"];
+    let mut idents = std::collections::BTreeSet::new();
+    for line in code.lines() {
+        let line = line.trim_start();
+        if line.starts_with("//") || line.starts_with("#[doc") {
+            continue;
+        }
+        idents.extend(
+            line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')),
+        );
+    }
+    idents
+        .iter()
+        .filter(|w| {
+            let stem = w.trim_end_matches(|c: char| c.is_ascii_digit());
+            stem.len() < w.len()
+                && !stem.is_empty()
+                && !stem.ends_with('_')
+                && (idents.contains(stem) || RESERVED.contains(&stem))
+        })
+        .count()
 }

@@ -82,8 +82,8 @@ fn hostile_text_stays_inside_doc_strings() {
         "pub self_:",
         "pub r#match:",
         "pub _1st:",
-        "pub struct Client2",
-        "pub fn new2(",
+        "pub struct ApiClient",
+        "pub fn new_api(",
     ] {
         assert!(code.contains(ident), "missing {ident}");
     }

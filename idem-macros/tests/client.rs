@@ -31,7 +31,7 @@ async fn the_macro_client_sends_a_keyed_call() {
         vendor_id: Some("v_1".into()),
         amount: Some(100),
     };
-    client.create_transfer(&body).send().await.unwrap();
+    client.transfers().create(&body).send().await.unwrap();
     let head = server.await.unwrap();
     assert!(head.starts_with("post /v1/transfers"), "{head}");
     assert!(head.contains("idempotency-key: "), "{head}");

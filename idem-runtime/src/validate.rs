@@ -94,6 +94,12 @@ impl Violations {
     pub fn all(&self) -> &[Violation] {
         &self.0
     }
+
+    /// Adds what a later check found.
+    #[cfg_attr(not(feature = "client"), allow(dead_code))]
+    pub(crate) fn extend(&mut self, later: Violations) {
+        self.0.extend(later.0);
+    }
 }
 
 impl fmt::Display for Violations {

@@ -12,6 +12,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("payments-clean.yaml", "payments", false),
         // Every validation keyword and typed format.
         ("constraints.yaml", "constraints", false),
+        // `scope: credential`: keys scoped by a digest of the bearer token.
+        ("bearer.yaml", "bearer", false),
         // These two carry audit errors on purpose.
         ("cratebase.yaml", "cratebase", true),
         ("hostile-names.yaml", "hostile", true),

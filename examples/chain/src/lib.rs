@@ -129,12 +129,14 @@ impl Api<Sqlite> for Layer {
         };
         let result = match self.mode {
             // Inside the request: an inner hop.
-            Mode::Idem => next.do_work(&params, &input.body).send().await,
+            Mode::Idem => next.work().do_work(&params, &input.body).send().await,
             // A task spawned without the request's context: the client
             // retries as if it were the top layer.
             Mode::Retry | Mode::Budget => {
                 let (next, body) = (next.clone(), input.body.clone());
-                match tokio::spawn(async move { next.do_work(&params, &body).send().await }).await {
+                match tokio::spawn(async move { next.work().do_work(&params, &body).send().await })
+                    .await
+                {
                     Ok(result) => result,
                     Err(e) => return unavailable(e.to_string()),
                 }

@@ -103,7 +103,7 @@ impl Process {
     /// Its handler's calls and the rows it wrote.
     pub async fn stats(&self) -> anyhow::Result<api::Stats> {
         let client = api::Client::new(&format!("http://{}", self.addr))?;
-        Ok(client.stats().send().await?)
+        Ok(client.stats().stats().send().await?)
     }
 }
 
@@ -190,7 +190,7 @@ pub async fn chain(
                 layer: None,
             };
             let t = Instant::now();
-            let _ = client.do_work(&params, &body).send().await;
+            let _ = client.work().do_work(&params, &body).send().await;
             t.elapsed()
         });
     }

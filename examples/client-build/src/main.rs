@@ -14,7 +14,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| shop::DEFAULT_BASE_URL.to_owned());
     let client = shop::Client::new(&base)?.bearer_auth("sk_test_example");
-    match client.health().send().await {
+    match client.health().health().send().await {
         Ok(health) => println!("health: {health:?}"),
         Err(e) => println!("health: {e}"),
     }
@@ -24,7 +24,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         gift: None,
         note: None,
     };
-    match client.create_order(&order).send().await {
+    match client.orders().create(&order).send().await {
         Ok(created) => println!("order {} created", created.body.id),
         // A keyed call that gave up says which key to retry with.
         Err(e) => println!("create_order: {e}"),

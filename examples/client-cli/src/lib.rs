@@ -279,6 +279,16 @@ pub const RETRY_DEFAULTS: ::idem_runtime::client::api::Defaults = ::idem_runtime
 /// A client for Shop API.
 ///
 /// Cheap to clone: clones share one connection pool and one retry budget. Every method states its retry class; keyed operations get an idempotency key minted once per call and sent on every attempt.
+///
+/// Operations are grouped by resource (the operation's first tag, or the first segment of its path), as `client.charges().create(…)`:
+///
+/// - [`Client::blobs`]: `/blobs`, 2 operations
+/// - [`Client::charges`]: `/charges`, 1 operation
+/// - [`Client::health`]: `/health`, 1 operation
+/// - [`Client::notes`]: `/notes`, 1 operation
+/// - [`Client::orders`]: `/orders`, 2 operations
+/// - [`Client::refunds`]: `/refunds`, 1 operation
+/// - [`Client::uploads`]: `/uploads`, 1 operation
 #[derive(Debug, Clone)]
 pub struct Client {
     inner: ::idem_runtime::client::api::ApiClient,
@@ -334,183 +344,39 @@ impl Client {
         self
     }
 
-    /// `GET /blobs/{name}`
-    ///
-    /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
-    pub fn get_blob(
-        &self,
-        name: &str,
-    ) -> ::idem_runtime::client::api::Call<
-        '_,
-        ::idem_runtime::bytes::Bytes,
-        ::std::convert::Infallible,
-    > {
-        let request = ::idem_runtime::client::api::Request::new(
-            ::idem_runtime::http::Method::GET,
-            ["/blobs/", &::idem_runtime::client::api::segment(&name)].concat(),
-        );
-        self.inner.call(&OP_GET_BLOB, request, decode_get_blob)
+    /// The operations on `/blobs`: 2 of them, each a method of [`BlobsClient`].
+    pub fn blobs(&self) -> BlobsClient<'_> {
+        BlobsClient { client: self }
     }
 
-    /// Store bytes under a name (replaces).
-    ///
-    /// `PUT /blobs/{name}`
-    ///
-    /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
-    pub fn put_blob(
-        &self,
-        name: &str,
-        body: &::idem_runtime::bytes::Bytes,
-    ) -> ::idem_runtime::client::api::Call<
-        '_,
-        PutBlobResponse,
-        ::std::convert::Infallible,
-    > {
-        let mut request = ::idem_runtime::client::api::Request::new(
-            ::idem_runtime::http::Method::PUT,
-            ["/blobs/", &::idem_runtime::client::api::segment(&name)].concat(),
-        );
-        request.raw("application/octet-stream", ::std::clone::Clone::clone(body));
-        self.inner.call(&OP_PUT_BLOB, request, decode_put_blob)
+    /// The operations on `/charges`: 1 of them, each a method of [`ChargesClient`].
+    pub fn charges(&self) -> ChargesClient<'_> {
+        ChargesClient { client: self }
     }
 
-    /// Charge a card.
-    ///
-    /// `POST /charges`
-    ///
-    /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
-    pub fn create_charge(
-        &self,
-        body: &NewCharge,
-    ) -> ::idem_runtime::client::api::Call<'_, Charge, CreateChargeError> {
-        let mut request = ::idem_runtime::client::api::Request::new(
-            ::idem_runtime::http::Method::POST,
-            ::std::string::String::from("/charges"),
-        );
-        request.form(body, &["metadata", "shipping", "expand"]);
-        self.inner.call(&OP_CREATE_CHARGE, request, decode_create_charge)
+    /// The operations on `/health`: 1 of them, each a method of [`HealthClient`].
+    pub fn health(&self) -> HealthClient<'_> {
+        HealthClient { client: self }
     }
 
-    /// `GET /health`
-    ///
-    /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
-    pub fn health(
-        &self,
-    ) -> ::idem_runtime::client::api::Call<'_, HealthResponse200, HealthError> {
-        let request = ::idem_runtime::client::api::Request::new(
-            ::idem_runtime::http::Method::GET,
-            ::std::string::String::from("/health"),
-        );
-        self.inner.call(&OP_HEALTH, request, decode_health)
+    /// The operations on `/notes`: 1 of them, each a method of [`NotesClient`].
+    pub fn notes(&self) -> NotesClient<'_> {
+        NotesClient { client: self }
     }
 
-    /// Add a note, as JSON or as text.
-    ///
-    /// `POST /notes`
-    ///
-    /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
-    pub fn create_note(
-        &self,
-        body: &CreateNoteBody,
-    ) -> ::idem_runtime::client::api::Call<'_, ::std::string::String, CreateNoteError> {
-        let mut request = ::idem_runtime::client::api::Request::new(
-            ::idem_runtime::http::Method::POST,
-            ::std::string::String::from("/notes"),
-        );
-        match body {
-            CreateNoteBody::Json(value) => {
-                request.json(value);
-            }
-            CreateNoteBody::Text(value) => {
-                request.raw("text/plain", ::std::string::String::from(value));
-            }
-        }
-        self.inner.call(&OP_CREATE_NOTE, request, decode_create_note)
+    /// The operations on `/orders`: 2 of them, each a method of [`OrdersClient`].
+    pub fn orders(&self) -> OrdersClient<'_> {
+        OrdersClient { client: self }
     }
 
-    /// Place an order.
-    ///
-    /// `POST /orders`
-    ///
-    /// Retry class `keyed`: the API requires an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
-    pub fn create_order(
-        &self,
-        body: &NewOrder,
-    ) -> ::idem_runtime::client::api::Call<'_, CreateOrderResponse, CreateOrderError> {
-        let mut request = ::idem_runtime::client::api::Request::new(
-            ::idem_runtime::http::Method::POST,
-            ::std::string::String::from("/orders"),
-        );
-        request.json(body);
-        self.inner.call(&OP_CREATE_ORDER, request, decode_create_order)
+    /// The operations on `/refunds`: 1 of them, each a method of [`RefundsClient`].
+    pub fn refunds(&self) -> RefundsClient<'_> {
+        RefundsClient { client: self }
     }
 
-    /// Fetch one order.
-    ///
-    /// `GET /orders/{id}`
-    ///
-    /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
-    pub fn get_order(
-        &self,
-        id: i64,
-        params: &GetOrderParams,
-    ) -> ::idem_runtime::client::api::Call<'_, Order, GetOrderError> {
-        let mut request = ::idem_runtime::client::api::Request::new(
-            ::idem_runtime::http::Method::GET,
-            ["/orders/", &::idem_runtime::client::api::segment(&id)].concat(),
-        );
-        request
-            .query(
-                "expand",
-                &params.expand,
-                ::idem_runtime::client::api::Style::Form,
-                true,
-            );
-        request
-            .query(
-                "filter",
-                &params.filter,
-                ::idem_runtime::client::api::Style::DeepObject,
-                true,
-            );
-        request.header("X-Trace", &params.x_trace);
-        self.inner.call(&OP_GET_ORDER, request, decode_get_order)
-    }
-
-    /// Refund an order.
-    ///
-    /// `POST /refunds`
-    ///
-    /// Retry class `unsafe-documented`: takes no idempotency key, so it is never re-sent once the request may have reached the server; an ambiguous failure ends as an unknown outcome (`RetryError::OutcomeUnknown`): check before calling again.
-    ///
-    /// Warning from the API: Each call refunds again; list the order's refunds before retrying.
-    pub fn create_refund(
-        &self,
-        body: &Refund,
-    ) -> ::idem_runtime::client::api::Call<'_, Refund, ::std::convert::Infallible> {
-        let mut request = ::idem_runtime::client::api::Request::new(
-            ::idem_runtime::http::Method::POST,
-            ::std::string::String::from("/refunds"),
-        );
-        request.json(body);
-        self.inner.call(&OP_CREATE_REFUND, request, decode_create_refund)
-    }
-
-    /// Upload a file.
-    ///
-    /// `POST /uploads`
-    ///
-    /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
-    pub fn create_upload(
-        &self,
-        body: &CreateUploadRequest,
-    ) -> ::idem_runtime::client::api::Call<'_, Upload, CreateUploadError> {
-        let mut request = ::idem_runtime::client::api::Request::new(
-            ::idem_runtime::http::Method::POST,
-            ::std::string::String::from("/uploads"),
-        );
-        request.multipart(multipart_create_upload(body));
-        self.inner.call(&OP_CREATE_UPLOAD, request, decode_create_upload)
+    /// The operations on `/uploads`: 1 of them, each a method of [`UploadsClient`].
+    pub fn uploads(&self) -> UploadsClient<'_> {
+        UploadsClient { client: self }
     }
 }
 
@@ -571,6 +437,61 @@ fn decode_put_blob(
     }
 }
 
+/// The operations on `/blobs`, from [`Client::blobs`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[derive(Debug, Clone, Copy)]
+pub struct BlobsClient<'a> {
+    client: &'a Client,
+}
+
+impl<'a> BlobsClient<'a> {
+    /// `GET /blobs/{name}`
+    ///
+    /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
+    pub fn get(
+        &self,
+        name: &str,
+    ) -> ::idem_runtime::client::api::Call<
+        'a,
+        ::idem_runtime::bytes::Bytes,
+        ::std::convert::Infallible,
+    > {
+        let request = ::idem_runtime::client::api::Request::new(
+            ::idem_runtime::http::Method::GET,
+            ["/blobs/", &::idem_runtime::client::api::segment(&name)].concat(),
+        );
+        self.client.inner.call(&OP_GET_BLOB, request, decode_get_blob)
+    }
+
+    /// Store bytes under a name (replaces).
+    ///
+    /// `PUT /blobs/{name}`
+    ///
+    /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
+    pub fn put(
+        &self,
+        name: &str,
+        body: &::idem_runtime::bytes::Bytes,
+    ) -> ::idem_runtime::client::api::Call<
+        'a,
+        PutBlobResponse,
+        ::std::convert::Infallible,
+    > {
+        let mut request = ::idem_runtime::client::api::Request::new(
+            ::idem_runtime::http::Method::PUT,
+            ["/blobs/", &::idem_runtime::client::api::segment(&name)].concat(),
+        );
+        request.raw("application/octet-stream", ::std::clone::Clone::clone(body));
+        self.client.inner.call(&OP_PUT_BLOB, request, decode_put_blob)
+    }
+}
+
+fn body_create_charge(
+    request: &mut ::idem_runtime::client::api::Request,
+    body: &NewCharge,
+) {
+    request.form(body, &["metadata", "shipping", "expand"]);
+}
+
 /// A `503` response with its documented headers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreateChargeErrorServiceUnavailable {
@@ -627,6 +548,36 @@ fn decode_create_charge(
     }
 }
 
+/// The operations on `/charges`, from [`Client::charges`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[derive(Debug, Clone, Copy)]
+pub struct ChargesClient<'a> {
+    client: &'a Client,
+}
+
+impl<'a> ChargesClient<'a> {
+    /// Charge a card.
+    ///
+    /// `POST /charges`
+    ///
+    /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
+    pub fn create(
+        &self,
+    ) -> ::idem_runtime::client::api::Call<'a, Charge, CreateChargeError, NewCharge> {
+        let request = ::idem_runtime::client::api::Request::new(
+            ::idem_runtime::http::Method::POST,
+            ::std::string::String::from("/charges"),
+        );
+        self.client
+            .inner
+            .call_with_body(
+                &OP_CREATE_CHARGE,
+                request,
+                decode_create_charge,
+                body_create_charge,
+            )
+    }
+}
+
 /// A `503` response with its documented headers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthError {
@@ -659,6 +610,27 @@ fn decode_health(
             })
         }
         _ => raw.unexpected(),
+    }
+}
+
+/// The operations on `/health`, from [`Client::health`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[derive(Debug, Clone, Copy)]
+pub struct HealthClient<'a> {
+    client: &'a Client,
+}
+
+impl<'a> HealthClient<'a> {
+    /// `GET /health`
+    ///
+    /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
+    pub fn health(
+        &self,
+    ) -> ::idem_runtime::client::api::Call<'a, HealthResponse200, HealthError> {
+        let request = ::idem_runtime::client::api::Request::new(
+            ::idem_runtime::http::Method::GET,
+            ::std::string::String::from("/health"),
+        );
+        self.client.inner.call(&OP_HEALTH, request, decode_health)
     }
 }
 
@@ -724,6 +696,38 @@ fn decode_create_note(
         409 => raw.error(CreateNoteError::Conflict(raw.json()?)),
         422 => raw.error(CreateNoteError::UnprocessableEntity(raw.json()?)),
         _ => raw.unexpected(),
+    }
+}
+
+/// The operations on `/notes`, from [`Client::notes`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[derive(Debug, Clone, Copy)]
+pub struct NotesClient<'a> {
+    client: &'a Client,
+}
+
+impl<'a> NotesClient<'a> {
+    /// Add a note, as JSON or as text.
+    ///
+    /// `POST /notes`
+    ///
+    /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
+    pub fn create(
+        &self,
+        body: &CreateNoteBody,
+    ) -> ::idem_runtime::client::api::Call<'a, ::std::string::String, CreateNoteError> {
+        let mut request = ::idem_runtime::client::api::Request::new(
+            ::idem_runtime::http::Method::POST,
+            ::std::string::String::from("/notes"),
+        );
+        match body {
+            CreateNoteBody::Json(value) => {
+                request.json(value);
+            }
+            CreateNoteBody::Text(value) => {
+                request.raw("text/plain", ::std::string::String::from(value));
+            }
+        }
+        self.client.inner.call(&OP_CREATE_NOTE, request, decode_create_note)
     }
 }
 
@@ -816,7 +820,7 @@ fn decode_create_order(
     }
 }
 
-/// Query, header and cookie parameters of [`Client::get_order`].
+/// Query, header and cookie parameters of [`OrdersClient::get`].
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct GetOrderParams {
     /// `expand` (query parameter).
@@ -871,6 +875,63 @@ fn decode_get_order(
     }
 }
 
+/// The operations on `/orders`, from [`Client::orders`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[derive(Debug, Clone, Copy)]
+pub struct OrdersClient<'a> {
+    client: &'a Client,
+}
+
+impl<'a> OrdersClient<'a> {
+    /// Place an order.
+    ///
+    /// `POST /orders`
+    ///
+    /// Retry class `keyed`: the API requires an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
+    pub fn create(
+        &self,
+        body: &NewOrder,
+    ) -> ::idem_runtime::client::api::Call<'a, CreateOrderResponse, CreateOrderError> {
+        let mut request = ::idem_runtime::client::api::Request::new(
+            ::idem_runtime::http::Method::POST,
+            ::std::string::String::from("/orders"),
+        );
+        request.json(body);
+        self.client.inner.call(&OP_CREATE_ORDER, request, decode_create_order)
+    }
+
+    /// Fetch one order.
+    ///
+    /// `GET /orders/{id}`
+    ///
+    /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
+    pub fn get(
+        &self,
+        id: i64,
+        params: &GetOrderParams,
+    ) -> ::idem_runtime::client::api::Call<'a, Order, GetOrderError> {
+        let mut request = ::idem_runtime::client::api::Request::new(
+            ::idem_runtime::http::Method::GET,
+            ["/orders/", &::idem_runtime::client::api::segment(&id)].concat(),
+        );
+        request
+            .query(
+                "expand",
+                &params.expand,
+                ::idem_runtime::client::api::Style::Form,
+                true,
+            );
+        request
+            .query(
+                "filter",
+                &params.filter,
+                ::idem_runtime::client::api::Style::DeepObject,
+                true,
+            );
+        request.header("X-Trace", &params.x_trace);
+        self.client.inner.call(&OP_GET_ORDER, request, decode_get_order)
+    }
+}
+
 /// `POST /refunds`: its retry class, key and policy.
 const OP_CREATE_REFUND: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
@@ -892,6 +953,33 @@ fn decode_create_refund(
     match raw.status() {
         201 => ::std::result::Result::Ok(raw.json()?),
         _ => raw.unexpected(),
+    }
+}
+
+/// The operations on `/refunds`, from [`Client::refunds`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[derive(Debug, Clone, Copy)]
+pub struct RefundsClient<'a> {
+    client: &'a Client,
+}
+
+impl<'a> RefundsClient<'a> {
+    /// Refund an order.
+    ///
+    /// `POST /refunds`
+    ///
+    /// Retry class `unsafe-documented`: takes no idempotency key, so it is never re-sent once the request may have reached the server; an ambiguous failure ends as an unknown outcome (`RetryError::OutcomeUnknown`): check before calling again.
+    ///
+    /// Warning from the API: Each call refunds again; list the order's refunds before retrying.
+    pub fn create(
+        &self,
+        body: &Refund,
+    ) -> ::idem_runtime::client::api::Call<'a, Refund, ::std::convert::Infallible> {
+        let mut request = ::idem_runtime::client::api::Request::new(
+            ::idem_runtime::http::Method::POST,
+            ::std::string::String::from("/refunds"),
+        );
+        request.json(body);
+        self.client.inner.call(&OP_CREATE_REFUND, request, decode_create_refund)
     }
 }
 
@@ -957,5 +1045,30 @@ fn decode_create_upload(
         409 => raw.error(CreateUploadError::Conflict(raw.json()?)),
         422 => raw.error(CreateUploadError::UnprocessableEntity(raw.json()?)),
         _ => raw.unexpected(),
+    }
+}
+
+/// The operations on `/uploads`, from [`Client::uploads`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[derive(Debug, Clone, Copy)]
+pub struct UploadsClient<'a> {
+    client: &'a Client,
+}
+
+impl<'a> UploadsClient<'a> {
+    /// Upload a file.
+    ///
+    /// `POST /uploads`
+    ///
+    /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
+    pub fn create(
+        &self,
+        body: &CreateUploadRequest,
+    ) -> ::idem_runtime::client::api::Call<'a, Upload, CreateUploadError> {
+        let mut request = ::idem_runtime::client::api::Request::new(
+            ::idem_runtime::http::Method::POST,
+            ::std::string::String::from("/uploads"),
+        );
+        request.multipart(multipart_create_upload(body));
+        self.client.inner.call(&OP_CREATE_UPLOAD, request, decode_create_upload)
     }
 }

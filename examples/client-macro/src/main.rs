@@ -96,7 +96,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let params = client::GetChargeParams {
         x_account_id: "acct-1".into(),
     };
-    let charge = api.get_charge(42, &params).send().await?;
+    let charge = api.charges().get(42, &params).send().await?;
     println!(
         "charge {} for {}: {} {:?}",
         charge.id, charge.order_id, charge.amount, charge.currency

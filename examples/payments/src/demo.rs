@@ -257,7 +257,7 @@ async fn keyed_row(
             let _permit = gate.acquire_owned().await;
             started.fetch_add(1, Ordering::Relaxed);
             let body = order_body(order);
-            match client.create_charge(&params, &body).send().await {
+            match client.charges().create(&params, &body).send().await {
                 Ok(_) => None,
                 // Gave up (budget spent, deadline): the error carries the
                 // key every attempt used.
@@ -285,7 +285,7 @@ async fn keyed_row(
         let mut still = Vec::new();
         for (order, key) in pending {
             let body = order_body(order);
-            let mut call = client.create_charge(&params, &body);
+            let mut call = client.charges().create(&params, &body);
             if let Some(key) = key.clone() {
                 call = call.idempotency_key(key);
             }
@@ -337,7 +337,7 @@ async fn plain_row(
             // What integrators write when the SDK does not retry for them:
             // try again on any error, up to four times.
             for _ in 0..4 {
-                let call = client.create_legacy_charge(&params, &body).send();
+                let call = client.legacy_charges().create(&params, &body).send();
                 if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(300), call).await {
                     return false;
                 }

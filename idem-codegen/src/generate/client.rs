@@ -11,6 +11,10 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
+mod groups;
+
+use groups::{groups, member_names};
+
 use super::naming::{self, Namer};
 use super::types::{Site, Ty, TypeDef, TypeSpace, doc_attrs, ident};
 use crate::model::schema::Kind;
@@ -30,21 +34,76 @@ const RESERVED_METHODS: &[&str] = &[
 
 pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
     let root_policy = crate::model::retry_policy(&model.root.retry);
+    // The `Client`'s own methods: constructors, credential setters, and one
+    // accessor per resource group.
     let mut methods = Namer::reserving(RESERVED_METHODS);
     let mut auth = Vec::new();
     for scheme in &model.security_schemes {
         let setter = methods.unique(&naming::snake(&scheme.name, "auth"));
         auth.push(credential_setter(scheme, &setter));
     }
+    // Names of the per-operation helpers (`OP_…`, `decode_…`): unique
+    // across the crate, where method names are unique only in their group.
+    let mut helpers = Namer::reserving(RESERVED_METHODS);
     let mut items = Vec::new();
-    let mut impls = Vec::new();
-    let mut ops: Vec<&Operation> = model.operations.iter().collect();
-    ops.sort_by(|a, b| (&a.path, a.method).cmp(&(&b.path, b.method)));
-    for op in ops {
-        let method = methods.unique(&naming::snake(&op.name, "call"));
-        let (item, body) = operation(model, space, op, &method, &root_policy);
-        items.push(item);
-        impls.push(body);
+    let mut accessors = Vec::new();
+    let mut listing = Vec::new();
+    for group in groups(model) {
+        // A group named like one of the client's own methods (`new`) says
+        // what it is rather than taking a number.
+        let alternative = format!("{}_api", group.key.trim_start_matches("r#"));
+        let accessor = if methods.is_free(&group.key) || !methods.is_free(&alternative) {
+            methods.unique(&group.key)
+        } else {
+            methods.unique(&alternative)
+        };
+        let ty_name = space.namer.unique(&format!(
+            "{}Client",
+            naming::camel(group.key.trim_start_matches("r#"), "Resource")
+        ));
+        let accessor_ident = ident(&accessor);
+        let ty_ident = ident(&ty_name);
+        let bare = accessor.trim_start_matches("r#");
+        let mut members = Vec::new();
+        for (op, name) in group.ops.iter().zip(member_names(&group)) {
+            let helper = helpers.unique(&naming::snake(&op.name, "call"));
+            let owner = format!("{ty_name}::{}", name.trim_start_matches("r#"));
+            let (item, body) = operation(model, space, op, &name, &helper, &owner, &root_policy);
+            items.push(item);
+            members.push(body);
+        }
+        let count = group.ops.len();
+        listing.push(format!(
+            "- [`Client::{bare}`]: {}, {count} operation{}",
+            group.origin,
+            if count == 1 { "" } else { "s" }
+        ));
+        let accessor_doc = doc_attrs(&format!(
+            "The operations on {}: {count} of them, each a method of [`{ty_name}`].",
+            group.origin
+        ));
+        accessors.push(quote! {
+            #accessor_doc
+            pub fn #accessor_ident(&self) -> #ty_ident<'_> {
+                #ty_ident { client: self }
+            }
+        });
+        let ty_doc = doc_attrs(&format!(
+            "The operations on {}, from [`Client::{bare}`]. A borrow of the client: \
+             cheap to make, and calls through it share the client's pool and retry budget.",
+            group.origin
+        ));
+        items.push(quote! {
+            #ty_doc
+            #[derive(Debug, Clone, Copy)]
+            pub struct #ty_ident<'a> {
+                client: &'a Client,
+            }
+
+            impl<'a> #ty_ident<'a> {
+                #(#members)*
+            }
+        });
     }
     let defaults = defaults(&root_policy);
     let title = if model.title.trim().is_empty() {
@@ -55,7 +114,10 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
     let client_doc = doc_attrs(&format!(
         "A client for {title}.\n\nCheap to clone: clones share one connection pool and one retry budget. \
          Every method states its retry class; keyed operations get an idempotency key minted once per \
-         call and sent on every attempt."
+         call and sent on every attempt.\n\n\
+         Operations are grouped by resource (the operation's first tag, or the first segment of its \
+         path), as `client.charges().create(…)`:\n\n{}",
+        listing.join("\n")
     ));
     let base = model.servers.first().cloned().unwrap_or_default();
     let base_doc = if base.is_empty() {
@@ -104,7 +166,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             }
 
             #(#auth)*
-            #(#impls)*
+            #(#accessors)*
         }
 
         #(#items)*
@@ -250,11 +312,13 @@ fn operation(
     space: &mut TypeSpace<'_>,
     op: &Operation,
     method: &str,
+    helper: &str,
+    owner: &str,
     root: &RetryPolicy,
 ) -> (TokenStream, TokenStream) {
     let camel = naming::camel(&op.name, "Call");
-    let konst = naming::prefixed("OP", &method.trim_start_matches("r#").to_ascii_uppercase());
-    let decoder = naming::prefixed("decode", method);
+    let konst = naming::prefixed("OP", &helper.trim_start_matches("r#").to_ascii_uppercase());
+    let decoder = naming::prefixed("decode", helper);
     let method_ident = ident(method);
 
     // Path parameters, in the order the template names them.
@@ -373,10 +437,7 @@ fn operation(
             sets.push(set);
         }
         let default = all_optional.then(|| quote!(Default,));
-        let doc = format!(
-            " Query, header and cookie parameters of [`Client::{}`].",
-            method.trim_start_matches("r#")
-        );
+        let doc = format!(" Query, header and cookie parameters of [`{owner}`].");
         items.push(quote! {
             #[doc = #doc]
             #[derive(Debug, Clone, PartialEq, #default)]
@@ -388,12 +449,31 @@ fn operation(
     }
 
     // The body, in each media type the operation accepts.
-    let (body_arg, body_set, body_items, body_sites) = request_body(space, op, &camel, method);
+    let (body_arg, body_set, body_items, body_sites) = request_body(space, op, &camel, helper);
     items.extend(body_items);
-    if let Some(arg) = body_arg {
-        args.push(arg);
-    }
-    sites.extend(body_sites);
+    let mut optional_body = None;
+    let body_set = match body_arg {
+        BodyArg::None => body_set,
+        BodyArg::Required(arg) => {
+            args.push(arg);
+            sites.extend(body_sites);
+            body_set
+        }
+        BodyArg::Optional(ty) => {
+            // Set with `.body(…)` on the call: a function that encodes and
+            // checks it.
+            let setter = naming::prefixed("body", helper);
+            let check = space.defer(body_sites, quote!(request.check(v);));
+            items.push(quote! {
+                fn #setter(request: &mut ::idem_runtime::client::api::Request, body: &#ty) {
+                    #body_set
+                    #check
+                }
+            });
+            optional_body = Some((ty, setter));
+            TokenStream::new()
+        }
+    };
     // Checked before the first attempt: a request its schema forbids is
     // never sent.
     let validate = space.defer(sites, quote!(let request = request.validated(v);));
@@ -450,15 +530,25 @@ fn operation(
     let ok_tokens = space.tokens(&ok_ty);
     let err_tokens =
         err_ty.map_or_else(|| quote!(::std::convert::Infallible), |t| space.tokens(&t));
+    let (call_ty, start) = match &optional_body {
+        None => (
+            quote!(::idem_runtime::client::api::Call<'a, #ok_tokens, #err_tokens>),
+            quote!(self.client.inner.call(&#konst, request, #decoder)),
+        ),
+        Some((ty, setter)) => (
+            quote!(::idem_runtime::client::api::Call<'a, #ok_tokens, #err_tokens, #ty>),
+            quote!(self.client.inner.call_with_body(&#konst, request, #decoder, #setter)),
+        ),
+    };
     let method_tokens = quote! {
         #method_doc
         #deprecated
-        pub fn #method_ident(&self, #(#args),*) -> ::idem_runtime::client::api::Call<'_, #ok_tokens, #err_tokens> {
+        pub fn #method_ident(&self, #(#args),*) -> #call_ty {
             #request_binding = ::idem_runtime::client::api::Request::new(::idem_runtime::http::Method::#http_method, #path_expr);
             #(#sets)*
             #body_set
             #validate
-            self.inner.call(&#konst, request, #decoder)
+            #start
         }
     };
     let spec_doc = format!(
@@ -615,18 +705,45 @@ fn method_doc(model: &Model, op: &Operation) -> String {
 /// The body argument, the statements setting it, the items it needs, and
 /// (for one media type) the body's type and keywords, which the call
 /// validates.
-type BodyParts = (
-    Option<TokenStream>,
-    TokenStream,
-    Vec<TokenStream>,
-    Vec<Site>,
-);
+type BodyParts = (BodyArg, TokenStream, Vec<TokenStream>, Vec<Site>);
+
+/// How a method takes its body.
+enum BodyArg {
+    /// It takes none: the operation has no body, or one that can only be
+    /// `{}` (sent when the spec requires it).
+    None,
+    /// A required argument, `body: &T`.
+    Required(TokenStream),
+    /// Optional, set with `.body(&T)` on the call; the type `T`.
+    Optional(TokenStream),
+}
 
 /// The body of `op`, as [`BodyParts`].
 fn request_body(space: &mut TypeSpace<'_>, op: &Operation, camel: &str, method: &str) -> BodyParts {
+    let none = || (BodyArg::None, TokenStream::new(), Vec::new(), Vec::new());
     let Some(body) = &op.request_body else {
-        return (None, TokenStream::new(), Vec::new(), Vec::new());
+        return none();
     };
+    // A body is required only where the spec says so, and never on a
+    // method whose body has no defined meaning (RFC 9110 §9.3.1, §9.3.5).
+    let optional = !body.required || matches!(op.method.as_str(), "GET" | "HEAD" | "DELETE");
+    let empty_only = !body.media.is_empty()
+        && body.media.iter().all(|m| {
+            m.schema.as_ref().is_some_and(|s| {
+                matches!(&space.model().schemas.resolve(s).kind,
+                    Kind::Object(o) if o.properties.is_empty() && o.closed)
+            })
+        });
+    if empty_only {
+        let set = match body.media.first().map(|m| encoding_of(&m.media_type)) {
+            _ if optional => TokenStream::new(),
+            Some(Encoding::Form) => {
+                quote!(request.form(&::idem_runtime::serde_json::Map::new(), &[]);)
+            }
+            _ => quote!(request.json(&::idem_runtime::serde_json::Map::new());),
+        };
+        return (BodyArg::None, set, Vec::new(), Vec::new());
+    }
     // One entry per encoding; the first media type of each wins.
     let mut choices: Vec<(&Media, Encoding)> = Vec::new();
     for media in &body.media {
@@ -636,7 +753,7 @@ fn request_body(space: &mut TypeSpace<'_>, op: &Operation, camel: &str, method: 
         }
     }
     if choices.is_empty() {
-        return (None, TokenStream::new(), Vec::new(), Vec::new());
+        return none();
     }
     let mut items = Vec::new();
     let single = choices.len() == 1;
@@ -685,9 +802,14 @@ fn request_body(space: &mut TypeSpace<'_>, op: &Operation, camel: &str, method: 
         }
         let tokens = space.tokens(&ty);
         let Some(enum_name) = &enum_name else {
-            let arg = match enc {
-                Encoding::Text => quote!(body: &str),
-                _ => quote!(body: &#tokens),
+            let arg_ty = match enc {
+                Encoding::Text => quote!(str),
+                _ => tokens,
+            };
+            let arg = if optional {
+                BodyArg::Optional(arg_ty)
+            } else {
+                BodyArg::Required(quote!(body: &#arg_ty))
             };
             let checked = match (enc, &media.schema) {
                 (Encoding::Text | Encoding::Bytes, _) | (_, None) => Vec::new(),
@@ -698,7 +820,7 @@ fn request_body(space: &mut TypeSpace<'_>, op: &Operation, camel: &str, method: 
                     value: quote!(body),
                 }],
             };
-            return (Some(arg), set(quote!(body)), items, checked);
+            return (arg, set(quote!(body)), items, checked);
         };
         let enum_ident = ident(enum_name);
         let variant = ident(&variant_namer.unique(encoding_name(*enc)));
@@ -737,7 +859,12 @@ fn request_body(space: &mut TypeSpace<'_>, op: &Operation, camel: &str, method: 
             #(#arms)*
         }
     };
-    (Some(quote!(body: &#enum_ident)), body_set, items, sites)
+    let arg = if optional {
+        BodyArg::Optional(quote!(#enum_ident))
+    } else {
+        BodyArg::Required(quote!(body: &#enum_ident))
+    };
+    (arg, body_set, items, sites)
 }
 
 pub(super) fn encoding_name(enc: Encoding) -> &'static str {

@@ -107,6 +107,11 @@ impl Namer {
         }
     }
 
+    /// Whether `name` is still free.
+    pub fn is_free(&self, name: &str) -> bool {
+        !self.used.contains(unraw(name))
+    }
+
     /// `base`, or `base2`, `base3`, … if taken. Raw identifiers compare by
     /// their text, so `r#type` and `type_` never collide silently.
     pub fn unique(&mut self, base: &str) -> String {

@@ -25,8 +25,9 @@ use super::client::{
 };
 use super::naming::{self, Namer};
 use super::types::{Site, Ty, TypeSpace, doc_attrs, ident};
+use crate::model::SecurityKind;
 use crate::model::{KeySource, Model, Operation, RetryClass};
-use crate::vocab::{FailureReplay, InFlight, KeyRequirement};
+use crate::vocab::{FailureReplay, InFlight, KeyRequirement, Scope};
 
 const RT: &str = "::idem_runtime::server";
 
@@ -402,6 +403,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
         ),
         Wiring::Keyed => {
             let policy = policy(op, &mut accepted);
+            let scoped = credential_scope(model, op);
             (
                 quote! {
                     #doc
@@ -410,7 +412,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                 },
                 quote! {{
                     let api = ::std::sync::Arc::clone(&api);
-                    let idem = idem.with_policy(#policy)?;
+                    let idem = idem #scoped .with_policy(#policy)?;
                     let limit = idem.policy().max_request_body_bytes();
                     #routing::#http_method(move |tx: #rt::IdemTx<DB>, request: ::idem_runtime::axum::extract::Request| async move {
                         use ::idem_runtime::axum::response::IntoResponse as _;
@@ -430,6 +432,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
         }
         Wiring::Phased => {
             let policy = policy(op, &mut accepted);
+            let scoped = credential_scope(model, op);
             let phased = phased(
                 space,
                 op,
@@ -450,7 +453,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                     fn #method_ident<'a>(&'a self, steps: #steps<'a, DB> #(, #input_arg_list)*) -> impl ::std::future::Future<Output = ::std::result::Result<#done, #rt::StepError>> + ::std::marker::Send + 'a;
                 },
                 quote! {{
-                    let idem = idem.with_policy(#policy)?;
+                    let idem = idem #scoped .with_policy(#policy)?;
                     #routing::#http_method(idem.phased(#operation { api: ::std::sync::Arc::clone(&api) }))
                 }},
             )
@@ -474,6 +477,52 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
 
 /// The operation's policy, as `Policy::new()…` (runtime defaults where the
 /// spec says nothing).
+/// `.scoped_by_credential(…)?` for an operation whose keys are scoped by
+/// its security credential: each `security` alternative, with where each
+/// of its schemes' credential travels. Schemes that carry no readable
+/// credential (mutual TLS) leave their alternative out.
+fn credential_scope(model: &Model, op: &Operation) -> TokenStream {
+    if op.settings.scope != Scope::Credential {
+        return TokenStream::new();
+    }
+    let rt = rt();
+    let security = op.security.as_ref().unwrap_or(&model.security);
+    let mut requirements = Vec::new();
+    for alternative in security {
+        let mut schemes = Vec::new();
+        for name in alternative {
+            let Some(scheme) = model.security_schemes.iter().find(|s| &s.name == name) else {
+                schemes.clear();
+                break;
+            };
+            let credential = match &scheme.kind {
+                SecurityKind::Bearer => quote!(#rt::Credential::Bearer),
+                SecurityKind::Basic => quote!(#rt::Credential::Basic),
+                SecurityKind::ApiKey {
+                    location,
+                    parameter,
+                } => match location.as_str() {
+                    "query" => quote!(#rt::Credential::Query(#parameter)),
+                    "cookie" => quote!(#rt::Credential::Cookie(#parameter)),
+                    _ => {
+                        let lower = parameter.to_ascii_lowercase();
+                        quote!(#rt::Credential::Header(#lower))
+                    }
+                },
+                SecurityKind::Other(_) => {
+                    schemes.clear();
+                    break;
+                }
+            };
+            schemes.push(quote!((#name, #credential)));
+        }
+        if !schemes.is_empty() {
+            requirements.push(quote!(&[#(#schemes),*]));
+        }
+    }
+    quote!(.scoped_by_credential(&[#(#requirements),*])?)
+}
+
 fn policy(op: &Operation, accepted: &mut bool) -> TokenStream {
     let rt = rt();
     let s = &op.settings;

@@ -184,6 +184,36 @@ const DEFERRED: &str = "__idem_deferred_check_";
 pub(crate) const RESERVED_TYPES: &[&str] = &["Client", "Error", "Result", "Api"];
 
 impl<'m> TypeSpace<'m> {
+    /// The name of a component schema. One that would take a name the
+    /// generated code defines (`Error`, `Client`) is called after what it
+    /// is, the API's (`ApiError`), and numbered only when even that is
+    /// taken.
+    fn named_type(&mut self, raw: &str) -> String {
+        let name = naming::camel(raw, "Type");
+        if RESERVED_TYPES.contains(&name.as_str()) {
+            let api = format!("Api{name}");
+            let schema = format!("{name}Schema");
+            for candidate in [api, schema] {
+                if self.namer.is_free(&candidate)
+                    && !self
+                        .model
+                        .schemas
+                        .named
+                        .iter()
+                        .any(|n| naming::camel(&n.name, "Type") == candidate)
+                {
+                    return self.namer.unique(&candidate);
+                }
+            }
+        }
+        self.namer.unique(&name)
+    }
+
+    /// The model the types come from.
+    pub(crate) fn model(&self) -> &'m Model {
+        self.model
+    }
+
     pub(crate) fn new(model: &'m Model) -> Self {
         let mut space = TypeSpace {
             model,
@@ -235,7 +265,7 @@ impl<'m> TypeSpace<'m> {
             .schemas
             .get(id)
             .map_or("Type", |n| n.name.as_str());
-        let name = self.namer.unique(&naming::camel(raw, "Type"));
+        let name = self.named_type(raw);
         let def = self.defs.len();
         self.defs.push(TypeDef {
             name,

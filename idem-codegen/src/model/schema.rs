@@ -429,6 +429,12 @@ impl<'d> SchemaBuilder<'d> {
         };
         match (properties.is_empty(), additional) {
             (true, Some(values)) => Kind::Map(values),
+            // `properties: {}` with `additionalProperties: false`: only `{}`.
+            (true, None) if closed => Kind::Object(Object {
+                properties,
+                additional: None,
+                closed,
+            }),
             (true, None) => Kind::Any,
             (false, additional) => Kind::Object(Object {
                 properties,

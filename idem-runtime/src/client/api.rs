@@ -222,9 +222,34 @@ impl ApiClient {
             request,
             key: None,
             decode,
+            set_body: None,
+        }
+    }
+
+    /// Starts a call of `spec` whose optional body the caller may give with
+    /// [`Call::body`]; `set_body` encodes (and checks) it.
+    pub fn call_with_body<T, E, B: ?Sized>(
+        &self,
+        spec: &'static OperationSpec,
+        request: Request,
+        decode: Decoder<T, E>,
+        set_body: fn(&mut Request, &B),
+    ) -> Call<'_, T, E, B> {
+        Call {
+            client: self,
+            spec,
+            request,
+            key: None,
+            decode,
+            set_body: Some(set_body),
         }
     }
 }
+
+/// The body type of a call that takes no optional body: it has no values,
+/// so [`Call::body`] cannot be called on such a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoBody {}
 
 /// How a parameter is serialized (OpenAPI `style`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,10 +306,19 @@ impl Request {
     /// never sent ([`ApiError::Invalid`]).
     #[must_use]
     pub fn validated(mut self, validator: crate::validate::Validator) -> Self {
-        if let Err(violations) = validator.finish() {
-            self.invalid = Some(violations);
-        }
+        self.check(validator);
         self
+    }
+
+    /// Like [`Request::validated`], in place: what `validator` found is
+    /// added to what earlier checks found.
+    pub fn check(&mut self, validator: crate::validate::Validator) {
+        if let Err(violations) = validator.finish() {
+            match &mut self.invalid {
+                Some(earlier) => earlier.extend(violations),
+                None => self.invalid = Some(violations),
+            }
+        }
     }
 
     fn fail(&mut self, what: impl fmt::Display) {
@@ -746,15 +780,16 @@ impl<E: fmt::Debug> std::error::Error for ApiError<E> {
 
 /// One logical call, ready to send.
 #[must_use = "a call does nothing until `.send()` is awaited"]
-pub struct Call<'a, T, E> {
+pub struct Call<'a, T, E, B: ?Sized = NoBody> {
     client: &'a ApiClient,
     spec: &'static OperationSpec,
     request: Request,
     key: Option<IdempotencyKey>,
     decode: Decoder<T, E>,
+    set_body: Option<fn(&mut Request, &B)>,
 }
 
-impl<T, E> fmt::Debug for Call<'_, T, E> {
+impl<T, E, B: ?Sized> fmt::Debug for Call<'_, T, E, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Call")
             .field("operation", &self.spec.operation.name)
@@ -764,7 +799,16 @@ impl<T, E> fmt::Debug for Call<'_, T, E> {
     }
 }
 
-impl<T, E> Call<'_, T, E> {
+impl<T, E, B: ?Sized> Call<'_, T, E, B> {
+    /// Sends `body` with the call: the operation's body is optional, so the
+    /// call sends none unless given one here.
+    pub fn body(mut self, body: &B) -> Self {
+        if let Some(set) = self.set_body {
+            set(&mut self.request, body);
+        }
+        self
+    }
+
     /// Uses `key` instead of a minted one: derive it from an identifier you
     /// already hold (`IdempotencyKey::derived(["order", id, "charge"])`) so a
     /// retry of the same logical operation, even from another process,
@@ -790,6 +834,7 @@ impl<T, E> Call<'_, T, E> {
             mut request,
             key,
             decode,
+            set_body: _,
         } = self;
         if let Some(violations) = request.invalid.take() {
             return Err(ApiError::Invalid(violations));

@@ -19,7 +19,7 @@ use super::error::{ConfigError, IdempotencyError, StoreError};
 use super::key::{BodyKey, fingerprint, read_body_key, read_form_key, read_key, validate};
 use super::phased::Operation;
 use super::response::StoredResponse;
-use super::scope::{GlobalScope, ScopeExtractor};
+use super::scope::{CredentialScope, GlobalScope, MIN_DIGEST_KEY, Requirement, ScopeExtractor};
 use super::store::{Backend, KeyRecord, KeyState, NewClaim, Store, StoredRequest};
 
 /// The idempotency-key protocol over one store: cheap to clone, shared by the
@@ -61,7 +61,10 @@ pub(crate) struct Inner<DB: Backend> {
     pub(crate) policy: Policy,
     pub(crate) header: HeaderName,
     pub(crate) replay_headers: Vec<HeaderName>,
-    scope: Arc<dyn ScopeExtractor>,
+    /// Where the scope comes from; `None` on an instance built with a
+    /// credential digest key alone, until
+    /// [`Idempotency::scoped_by_credential`] derives one that has it.
+    scope: Option<Arc<dyn ScopeExtractor>>,
     /// Shared by every instance derived with [`Idempotency::with_policy`].
     pub(crate) shared: Arc<Shared<DB>>,
 }
@@ -79,14 +82,20 @@ pub(crate) struct Shared<DB: Backend> {
     horizons: RwLock<Vec<(Duration, Duration)>>,
     /// The deployment's resume schedule, in place of every policy's own.
     resume: Option<ResumePolicy>,
+    /// The key credential-scoped routes digest credentials with.
+    credential_key: Option<Arc<[u8]>>,
 }
 
-/// Builds an [`Idempotency`]; a scope source is mandatory.
+/// Builds an [`Idempotency`]; a scope source is mandatory: an extractor of
+/// the caller ([`IdempotencyBuilder::scope`]), or, for operations scoped by
+/// credential, the key their credentials are digested with
+/// ([`IdempotencyBuilder::credential_digest_key`]).
 pub struct IdempotencyBuilder<DB: Backend> {
     store: Store<DB>,
     policy: Policy,
     scope: Option<Arc<dyn ScopeExtractor>>,
     resume: Option<ResumePolicy>,
+    credential_key: Option<Arc<[u8]>>,
 }
 
 impl<DB: Backend> std::fmt::Debug for IdempotencyBuilder<DB> {
@@ -108,6 +117,26 @@ impl<DB: Backend> IdempotencyBuilder<DB> {
     /// Sets where the scope comes from: the authenticated caller.
     pub fn scope(mut self, extractor: impl ScopeExtractor) -> Self {
         self.scope = Some(Arc::new(extractor));
+        self
+    }
+
+    /// The secret that credential-scoped operations
+    /// (`x-idempotency.scope: credential`) digest the caller's credential
+    /// with (HMAC-SHA-256): the key table stores the digest, never the
+    /// token. At least 32 bytes, from your secret store, the same on every
+    /// replica and across restarts: a new key is a new scope for every
+    /// caller.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use idem_runtime::server::{Idempotency, Store};
+    /// let secret = std::env::var("IDEM_SCOPE_KEY")?; // 32 bytes or more
+    /// let store = Store::open_sqlite("sqlite::memory:").await?;
+    /// let idem = Idempotency::builder(store).credential_digest_key(secret).build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn credential_digest_key(mut self, key: impl AsRef<[u8]>) -> Self {
+        self.credential_key = Some(Arc::from(key.as_ref()));
         self
     }
 
@@ -146,7 +175,18 @@ impl<DB: Backend> IdempotencyBuilder<DB> {
 
     /// Checks the configuration.
     pub fn build(mut self) -> Result<Idempotency<DB>, ConfigError> {
-        let scope = self.scope.ok_or(ConfigError::MissingScope)?;
+        if let Some(key) = &self.credential_key
+            && key.len() < MIN_DIGEST_KEY
+        {
+            return Err(ConfigError::DigestKeyTooShort {
+                len: key.len(),
+                min: MIN_DIGEST_KEY,
+            });
+        }
+        if self.scope.is_none() && self.credential_key.is_none() {
+            return Err(ConfigError::MissingScope);
+        }
+        let scope = self.scope;
         if let Some(schedule) = self.resume {
             self.policy = self.policy.resume(schedule);
         }
@@ -164,6 +204,7 @@ impl<DB: Backend> IdempotencyBuilder<DB> {
                         self.policy.reaper_after,
                     )]),
                     resume: self.resume,
+                    credential_key: self.credential_key,
                 }),
                 policy: self.policy,
             }),
@@ -240,6 +281,7 @@ impl<DB: Backend> Idempotency<DB> {
             policy: Policy::default(),
             scope: None,
             resume: None,
+            credential_key: None,
         }
     }
 
@@ -267,6 +309,9 @@ impl<DB: Backend> Idempotency<DB> {
     /// # let _ = refunds; Ok(()) }
     /// ```
     pub fn with_policy(&self, policy: Policy) -> Result<Idempotency<DB>, ConfigError> {
+        if self.inner.scope.is_none() {
+            return Err(ConfigError::MissingScope);
+        }
         let policy = match self.inner.shared.resume {
             Some(schedule) => policy.resume(schedule),
             None => policy,
@@ -280,9 +325,41 @@ impl<DB: Backend> Idempotency<DB> {
                 store: self.inner.store.clone(),
                 header: validated.header,
                 replay_headers: validated.replay_headers,
-                scope: Arc::clone(&self.inner.scope),
+                scope: self.inner.scope.clone(),
                 shared: Arc::clone(&self.inner.shared),
                 policy,
+            }),
+        })
+    }
+
+    /// The same instance with its scope derived from the request's
+    /// credential: the first of `requirements` (the operation's `security`
+    /// alternatives) whose credentials are all present, digested under the
+    /// key given to [`IdempotencyBuilder::credential_digest_key`]. A request
+    /// with none is answered `401 caller_unidentified` before anything is
+    /// stored. The generated router calls this for operations declaring
+    /// `x-idempotency.scope: credential`.
+    pub fn scoped_by_credential(
+        &self,
+        requirements: &'static [Requirement],
+    ) -> Result<Idempotency<DB>, ConfigError> {
+        let key =
+            self.inner
+                .shared
+                .credential_key
+                .clone()
+                .ok_or(ConfigError::MissingDigestKey {
+                    min: MIN_DIGEST_KEY,
+                })?;
+        let scope: Arc<dyn ScopeExtractor> = Arc::new(CredentialScope::new(requirements, key));
+        Ok(Idempotency {
+            inner: Arc::new(Inner {
+                store: self.inner.store.clone(),
+                header: self.inner.header.clone(),
+                replay_headers: self.inner.replay_headers.clone(),
+                scope: Some(scope),
+                shared: Arc::clone(&self.inner.shared),
+                policy: self.inner.policy.clone(),
             }),
         })
     }
@@ -395,10 +472,7 @@ impl<DB: Backend> Idempotency<DB> {
         } else {
             header_key
         };
-        let path = parts
-            .uri
-            .path_and_query()
-            .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned());
+        let path = self.stored_path(parts);
         let canonical = if is_json { json.as_ref() } else { None };
         let fingerprint = fingerprint(&parts.method, &path, canonical, &body);
         Ok(Prepared {
@@ -414,14 +488,50 @@ impl<DB: Backend> Idempotency<DB> {
         })
     }
 
+    /// The request line the key table keeps: the path and query, without
+    /// the query parameters that carry a credential.
+    fn stored_path(&self, parts: &Parts) -> String {
+        let secret = self
+            .inner
+            .scope
+            .as_ref()
+            .map(|s| s.secret_query_parameters())
+            .unwrap_or_default();
+        match parts.uri.query() {
+            Some(query) if !secret.is_empty() => {
+                let kept = form_urlencoded::Serializer::new(String::new())
+                    .extend_pairs(
+                        form_urlencoded::parse(query.as_bytes())
+                            .filter(|(k, _)| !secret.contains(&k.as_ref())),
+                    )
+                    .finish();
+                if kept.is_empty() {
+                    parts.uri.path().to_owned()
+                } else {
+                    format!("{}?{kept}", parts.uri.path())
+                }
+            }
+            _ => parts
+                .uri
+                .path_and_query()
+                .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned()),
+        }
+    }
+
     /// The caller's scope, or the extractor's refusal (usually `401`).
     ///
     /// The scope is request input (often a header) on its way into the key
     /// table's index, so it is bounded and checked like a key.
     pub(crate) fn scope_of(&self, parts: &Parts) -> Result<String, IdempotencyError> {
-        let scope = self
-            .inner
-            .scope
+        let Some(extractor) = &self.inner.scope else {
+            // Only an instance built with a digest key alone, used directly
+            // rather than through `scoped_by_credential`, lacks one.
+            return Err(IdempotencyError::ScopeRejected {
+                status: http::StatusCode::SERVICE_UNAVAILABLE,
+                message: "this route has no scope source configured".to_owned(),
+            });
+        };
+        let scope = extractor
             .scope(parts)
             .map_err(|r| IdempotencyError::ScopeRejected {
                 status: r.status,
@@ -446,7 +556,8 @@ impl<DB: Backend> Idempotency<DB> {
         let declared = self
             .inner
             .scope
-            .header()
+            .as_ref()
+            .and_then(|s| s.header())
             .is_some_and(|h| required_headers.iter().any(|r| r.eq_ignore_ascii_case(h)));
         if declared {
             self.scope_of(parts)?;

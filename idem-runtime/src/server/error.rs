@@ -49,6 +49,25 @@ pub enum ConfigError {
          `.global_scope_shared_by_all_callers()`"
     )]
     MissingScope,
+    /// A credential-scoped route, and no key to digest credentials with.
+    #[error(
+        "operations scoped by credential need a digest key: call `.credential_digest_key(...)` \
+         with a secret of at least {min} bytes, kept like a signing key (the stored scope is a \
+         keyed digest of the caller's credential, never the credential)"
+    )]
+    MissingDigestKey {
+        /// The shortest key accepted.
+        min: usize,
+    },
+    /// The digest key is too short to keep credentials from being guessed
+    /// back from their digests.
+    #[error("the credential digest key is {len} bytes; it must be at least {min}")]
+    DigestKeyTooShort {
+        /// Its length.
+        len: usize,
+        /// The shortest key accepted.
+        min: usize,
+    },
     /// The reaper would delete records still inside the replay window.
     #[error("reaper-after ({reaper_after:?}) is shorter than replay-window ({replay_window:?})")]
     ReaperBeforeReplayWindow {

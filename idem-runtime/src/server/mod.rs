@@ -65,7 +65,10 @@ pub use jobs::{CompleterReport, ReaperReport};
 pub use layer::{IdemTx, IdempotencyKey, IdempotencyLayer, IdempotencyService, Validator};
 pub use phased::{ForeignCall, Operation, PhaseError, Run, StepError};
 pub use response::{IDEMPOTENT_REPLAYED, Reject, Reply, StoredResponse, Unavailable, is_rejection};
-pub use scope::{HeaderScope, ScopeExtractor, ScopeRejection};
+pub use scope::{
+    Credential, CredentialScope, HeaderScope, MIN_DIGEST_KEY, Requirement, ScopeExtractor,
+    ScopeRejection,
+};
 pub use store::{
     Backend, BoxFuture, ExhaustedRecord, KeyRecord, KeyState, NewClaim, ReapedRecord, Rescheduled,
     StepRecord, StepStatus, Store, StoredRequest,

@@ -59,6 +59,12 @@ pub trait ScopeExtractor: Send + Sync + 'static {
     fn header(&self) -> Option<&str> {
         None
     }
+
+    /// Query parameters that carry a credential: left out of the request
+    /// line the key table stores.
+    fn secret_query_parameters(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
 }
 
 impl<F> ScopeExtractor for F
@@ -124,5 +130,182 @@ pub(crate) struct GlobalScope;
 impl ScopeExtractor for GlobalScope {
     fn scope(&self, _parts: &Parts) -> Result<String, ScopeRejection> {
         Ok("*global*".to_owned())
+    }
+}
+
+/// Where one security scheme's credential travels, as the spec's
+/// `securitySchemes` declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credential {
+    /// `Authorization: Bearer <token>` (`http`/`bearer`, OAuth 2, OpenID Connect).
+    Bearer,
+    /// `Authorization: Basic <user:password>` (`http`/`basic`).
+    Basic,
+    /// An API key in the named request header.
+    Header(&'static str),
+    /// An API key in the named query parameter.
+    Query(&'static str),
+    /// An API key in the named cookie.
+    Cookie(&'static str),
+}
+
+/// One way to authenticate: every scheme of one `security` alternative,
+/// each by name with where its credential travels.
+pub type Requirement = &'static [(&'static str, Credential)];
+
+/// The shortest credential digest key accepted, in bytes.
+pub const MIN_DIGEST_KEY: usize = 32;
+
+/// Scope from the credential the request authenticates with
+/// (`x-idempotency.scope: credential`): the first of the operation's
+/// `security` alternatives whose credentials are all present, digested with
+/// HMAC-SHA-256 under the deployment's key. The scope stored is that digest
+/// (`cred:` and 32 hex digits), never the credential: the key table is read
+/// for replays and kept for days, and a bearer token at rest there would be
+/// a secret outside the vault.
+///
+/// The digest key must stay the same across restarts and replicas (a new
+/// key is a new scope for every caller: their retries in flight become new
+/// requests). Rotating a token is also a new scope; an API whose accounts
+/// hold several tokens should scope by account instead.
+///
+/// Built by [`Idempotency::scoped_by_credential`](super::Idempotency::scoped_by_credential),
+/// which the generated router calls.
+#[derive(Clone)]
+pub struct CredentialScope {
+    requirements: &'static [Requirement],
+    key: std::sync::Arc<[u8]>,
+}
+
+impl std::fmt::Debug for CredentialScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CredentialScope")
+            .field("requirements", &self.requirements)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CredentialScope {
+    pub(crate) fn new(requirements: &'static [Requirement], key: std::sync::Arc<[u8]>) -> Self {
+        CredentialScope { requirements, key }
+    }
+
+    fn digest(&self, parts: &[(&str, &[u8])]) -> String {
+        use hmac::Mac as _;
+        let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.key) else {
+            // HMAC takes a key of any length.
+            return String::new();
+        };
+        for (scheme, value) in parts {
+            // Length-prefixed, so no two lists of credentials digest alike.
+            for field in [scheme.as_bytes(), value] {
+                mac.update(&(field.len() as u64).to_be_bytes());
+                mac.update(field);
+            }
+        }
+        let bytes = mac.finalize().into_bytes();
+        let mut out = String::with_capacity(5 + 32);
+        out.push_str("cred:");
+        for b in &bytes[..16] {
+            out.push_str(&format!("{b:02x}"));
+        }
+        out
+    }
+
+    fn describe(&self) -> String {
+        let ways: Vec<String> = self
+            .requirements
+            .iter()
+            .filter(|r| !r.is_empty())
+            .map(|r| {
+                r.iter()
+                    .map(|(_, c)| match c {
+                        Credential::Bearer => "an `Authorization: Bearer` token".to_owned(),
+                        Credential::Basic => "`Authorization: Basic` credentials".to_owned(),
+                        Credential::Header(name) => format!("the `{name}` header"),
+                        Credential::Query(name) => format!("the `{name}` query parameter"),
+                        Credential::Cookie(name) => format!("the `{name}` cookie"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            })
+            .collect();
+        if ways.is_empty() {
+            "the operation declares no credential to scope its keys by".to_owned()
+        } else {
+            format!(
+                "the request carries no credential: send {}",
+                ways.join(", or ")
+            )
+        }
+    }
+}
+
+/// The credential of `credential` in `parts`, when present and not empty.
+fn credential<'p>(parts: &'p Parts, credential: Credential) -> Option<std::borrow::Cow<'p, [u8]>> {
+    use std::borrow::Cow;
+    let authorization = |scheme: &str| {
+        parts
+            .headers
+            .get_all(http::header::AUTHORIZATION)
+            .iter()
+            .find_map(|v| {
+                let v = v.as_bytes();
+                let space = v.iter().position(|b| *b == b' ')?;
+                let (name, rest) = v.split_at(space);
+                let token = rest.trim_ascii();
+                (name.eq_ignore_ascii_case(scheme.as_bytes()) && !token.is_empty())
+                    .then_some(Cow::Borrowed(token))
+            })
+    };
+    match credential {
+        Credential::Bearer => authorization("bearer"),
+        Credential::Basic => authorization("basic"),
+        Credential::Header(name) => parts
+            .headers
+            .get(name)
+            .map(|v| v.as_bytes())
+            .filter(|v| !v.is_empty())
+            .map(Cow::Borrowed),
+        Credential::Query(name) => form_urlencoded::parse(parts.uri.query()?.as_bytes())
+            .find(|(k, v)| k == name && !v.is_empty())
+            .map(|(_, v)| Cow::Owned(v.into_owned().into_bytes())),
+        Credential::Cookie(name) => parts
+            .headers
+            .get_all(http::header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|pair| pair.trim().split_once('='))
+            .find(|(k, v)| *k == name && !v.is_empty())
+            .map(|(_, v)| Cow::Owned(v.as_bytes().to_vec())),
+    }
+}
+
+impl ScopeExtractor for CredentialScope {
+    fn scope(&self, parts: &Parts) -> Result<String, ScopeRejection> {
+        for requirement in self.requirements.iter().filter(|r| !r.is_empty()) {
+            let found: Option<Vec<_>> = requirement
+                .iter()
+                .map(|(scheme, c)| credential(parts, *c).map(|v| (*scheme, v)))
+                .collect();
+            if let Some(found) = found {
+                let parts: Vec<(&str, &[u8])> =
+                    found.iter().map(|(s, v)| (*s, v.as_ref())).collect();
+                return Ok(self.digest(&parts));
+            }
+        }
+        Err(ScopeRejection::unauthenticated(self.describe()))
+    }
+
+    fn secret_query_parameters(&self) -> Vec<&'static str> {
+        self.requirements
+            .iter()
+            .flat_map(|r| r.iter())
+            .filter_map(|(_, c)| match c {
+                Credential::Query(name) => Some(*name),
+                _ => None,
+            })
+            .collect()
     }
 }

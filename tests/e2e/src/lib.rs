@@ -18,6 +18,11 @@ pub mod constraints {
     idem_runtime::include_api!("constraints");
 }
 
+/// `fixtures/bearer.yaml`: keys scoped by the caller's credential.
+pub mod bearer {
+    idem_runtime::include_api!("bearer");
+}
+
 /// `fixtures/cratebase.yaml`.
 pub mod cratebase {
     idem_runtime::include_api!("cratebase");

@@ -193,7 +193,7 @@ fn new_order() -> shop::NewOrder {
 #[tokio::test]
 async fn json_bodies_round_trip_typed_with_documented_headers() {
     let (client, server) = start().await;
-    let placed = client.create_order(&new_order()).send().await.unwrap();
+    let placed = client.orders().create(&new_order()).send().await.unwrap();
     assert_eq!(placed.body.id, 7);
     assert_eq!(placed.body.sku, "tea");
     assert_eq!(placed.body.status, shop::OrderStatus::BackOrdered);
@@ -207,7 +207,7 @@ async fn json_bodies_round_trip_typed_with_documented_headers() {
         serde_json::json!({"sku": "tea", "quantity": 2, "gift": true})
     );
     // No credential where the spec says none.
-    let health = client.health().send().await.unwrap();
+    let health = client.health().health().send().await.unwrap();
     assert_eq!(health.ok, Some(true));
     assert_eq!(header(&server.hits("/v1/health")[0], "authorization"), "");
 }
@@ -222,7 +222,7 @@ async fn parameters_are_encoded_by_their_style() {
         }),
         x_trace: Some("trace-1".into()),
     };
-    let order = client.get_order(7, &params).send().await.unwrap();
+    let order = client.orders().get(7, &params).send().await.unwrap();
     assert_eq!(order.status, shop::OrderStatus::Paid);
     let hit = &server.hits("/v1/orders/7")[0];
     assert_eq!(
@@ -236,7 +236,8 @@ async fn parameters_are_encoded_by_their_style() {
 async fn error_bodies_come_back_typed() {
     let (client, _) = start().await;
     let error = client
-        .get_order(404, &shop::GetOrderParams::default())
+        .orders()
+        .get(404, &shop::GetOrderParams::default())
         .send()
         .await
         .unwrap_err();
@@ -270,7 +271,7 @@ async fn nested_form_bodies_use_brackets() {
         }),
         expand: Some(vec!["customer".into()]),
     };
-    let charged = client.create_charge(&charge).send().await.unwrap();
+    let charged = client.charges().create(&charge).send().await.unwrap();
     assert_eq!(charged.id, "ch_1");
     let hit = &server.hits("/v1/charges")[0];
     assert_eq!(
@@ -292,7 +293,7 @@ async fn multipart_binary_and_text_bodies() {
         name: "report.pdf".into(),
         file: Bytes::from_static(b"%PDF-1.7 fake"),
     };
-    let stored = client.create_upload(&upload).send().await.unwrap();
+    let stored = client.uploads().create(&upload).send().await.unwrap();
     assert_eq!(stored.name, "report.pdf");
     let hit = &server.hits("/v1/uploads")[0];
     assert!(header(hit, "content-type").starts_with("multipart/form-data; boundary="));
@@ -302,7 +303,8 @@ async fn multipart_binary_and_text_bodies() {
     assert!(body.contains("%PDF-1.7 fake"), "{body}");
 
     let put = client
-        .put_blob("a b/c", &Bytes::from_static(&[1, 2, 3]))
+        .blobs()
+        .put("a b/c", &Bytes::from_static(&[1, 2, 3]))
         .send()
         .await
         .unwrap();
@@ -310,17 +312,19 @@ async fn multipart_binary_and_text_bodies() {
     let hit = &server.hits("/v1/blobs/a%20b%2Fc")[0];
     assert_eq!(hit.body.as_ref(), &[1, 2, 3]);
     assert_eq!(header(hit, "content-type"), "application/octet-stream");
-    let bytes = client.get_blob("x").send().await.unwrap();
+    let bytes = client.blobs().get("x").send().await.unwrap();
     assert_eq!(bytes.as_ref(), &[0, 159, 146, 150]);
 
     let noted = client
-        .create_note(&shop::CreateNoteBody::Text("hello".into()))
+        .notes()
+        .create(&shop::CreateNoteBody::Text("hello".into()))
         .send()
         .await
         .unwrap();
     assert_eq!(noted, "noted: hello");
     let json = client
-        .create_note(&shop::CreateNoteBody::Json(shop::CreateNoteRequestJson {
+        .notes()
+        .create(&shop::CreateNoteBody::Json(shop::CreateNoteRequestJson {
             text: "hi".into(),
         }))
         .send()
@@ -342,8 +346,8 @@ async fn one_key_per_call_sent_on_every_attempt() {
             Script::Reply(502, vec![], ""),
         ],
     );
-    client.create_order(&new_order()).send().await.unwrap();
-    client.create_order(&new_order()).send().await.unwrap();
+    client.orders().create(&new_order()).send().await.unwrap();
+    client.orders().create(&new_order()).send().await.unwrap();
     let keys: Vec<String> = server
         .hits("/v1/orders")
         .iter()
@@ -357,7 +361,8 @@ async fn one_key_per_call_sent_on_every_attempt() {
     // A caller's own key is sent verbatim.
     let key = IdempotencyKey::derived(["order", "739", "place"]).unwrap();
     client
-        .create_order(&new_order())
+        .orders()
+        .create(&new_order())
         .idempotency_key(key)
         .send()
         .await
@@ -369,7 +374,12 @@ async fn one_key_per_call_sent_on_every_attempt() {
         "/v1/orders",
         std::iter::repeat_n(Script::Reply(503, vec![], ""), 3),
     );
-    let error = client.create_order(&new_order()).send().await.unwrap_err();
+    let error = client
+        .orders()
+        .create(&new_order())
+        .send()
+        .await
+        .unwrap_err();
     let key = error
         .idempotency_key()
         .expect("the key travels with the error");
@@ -385,7 +395,7 @@ async fn an_unsafe_post_is_never_resent_after_a_timeout() {
         order: 7,
         amount: 500,
     };
-    let error = client.create_refund(&refund).send().await.unwrap_err();
+    let error = client.refunds().create(&refund).send().await.unwrap_err();
     match &error {
         ApiError::Retry(retry @ RetryError::OutcomeUnknown { why, .. }) => {
             assert!(retry.is_outcome_unknown());
@@ -415,7 +425,7 @@ async fn the_deadline_holds_whatever_the_retry_count() {
         let client = shop::Client::with_retry_client(client.base_url(), retry).unwrap();
         server.script("/v1/health", std::iter::repeat_n(Script::Hang, 20));
         let started = Instant::now();
-        let error = client.health().send().await.unwrap_err();
+        let error = client.health().health().send().await.unwrap_err();
         let elapsed = started.elapsed();
         assert!(
             matches!(&error, ApiError::Retry(e) if e.is_deadline()),
@@ -439,7 +449,7 @@ async fn retry_after_is_honoured() {
         "/v1/health",
         [Script::Reply(503, vec![("retry-after", "1")], "")],
     );
-    let health = client.health().send().await.unwrap();
+    let health = client.health().health().send().await.unwrap();
     assert_eq!(health.ok, Some(true));
     let hits = server.hits("/v1/health");
     assert_eq!(hits.len(), 2);

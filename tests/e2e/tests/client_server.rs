@@ -193,7 +193,8 @@ async fn json_bodies_round_trip_and_keyed_calls_replay() {
     };
     let key = IdempotencyKey::new("order-739").unwrap();
     let first = client
-        .create_order(&order)
+        .orders()
+        .create(&order)
         .idempotency_key(key.clone())
         .send()
         .await
@@ -203,13 +204,14 @@ async fn json_bodies_round_trip_and_keyed_calls_replay() {
     assert_eq!(first.x_request_cost, Some(3));
     // The same key: the stored reply, not a second order.
     let again = client
-        .create_order(&order)
+        .orders()
+        .create(&order)
         .idempotency_key(key)
         .send()
         .await
         .unwrap();
     assert_eq!(again, first);
-    let other = client.create_order(&order).send().await.unwrap();
+    let other = client.orders().create(&order).send().await.unwrap();
     assert_ne!(other.body.id, first.body.id);
 }
 
@@ -229,7 +231,7 @@ async fn nested_form_bodies_decode_into_the_same_types() {
         }),
         expand: Some(vec!["customer".into(), "invoice".into()]),
     };
-    let answer = client.create_charge(&charge).send().await.unwrap();
+    let answer = client.charges().create(&charge).send().await.unwrap();
     assert_eq!(answer.id, "ch_2000");
     let decoded = answer.received.unwrap()["decoded"]
         .as_str()
@@ -249,20 +251,22 @@ async fn multipart_binary_and_text_bodies_round_trip() {
         name: "photo.png".into(),
         file: Bytes::from_static(&[0, 159, 146, 150, 255]),
     };
-    let stored = client.create_upload(&upload).send().await.unwrap();
+    let stored = client.uploads().create(&upload).send().await.unwrap();
     assert_eq!((stored.name.as_str(), stored.size), ("photo.png", 5));
 
     let put = client
-        .put_blob("a b", &Bytes::from_static(b"\x00\x01\x02"))
+        .blobs()
+        .put("a b", &Bytes::from_static(b"\x00\x01\x02"))
         .send()
         .await
         .unwrap();
     assert_eq!(put.e_tag.as_deref(), Some("\"a b-3\""));
-    let blob = client.get_blob("x").send().await.unwrap();
+    let blob = client.blobs().get("x").send().await.unwrap();
     assert_eq!(blob, Bytes::from_static(b"blob x"));
 
     let json = client
-        .create_note(&shop::CreateNoteBody::Json(shop::CreateNoteRequestJson {
+        .notes()
+        .create(&shop::CreateNoteBody::Json(shop::CreateNoteRequestJson {
             text: "hi".into(),
         }))
         .send()
@@ -270,7 +274,8 @@ async fn multipart_binary_and_text_bodies_round_trip() {
         .unwrap();
     assert_eq!(json, "json: hi");
     let text = client
-        .create_note(&shop::CreateNoteBody::Text("plain".into()))
+        .notes()
+        .create(&shop::CreateNoteBody::Text("plain".into()))
         .send()
         .await
         .unwrap();
@@ -287,13 +292,13 @@ async fn parameters_decode_and_errors_arrive_typed() {
         }),
         x_trace: Some("t-1".into()),
     };
-    let order = client.get_order(7, &params).send().await.unwrap();
+    let order = client.orders().get(7, &params).send().await.unwrap();
     assert_eq!(order.id, 7);
     assert_eq!(
         order.sku,
         "expand=Some([\"items\", \"customer\"]) filter=Some(GetOrderFilter { status: Some(\"paid\") }) trace=Some(\"t-1\")"
     );
-    match client.get_order(404, &params).send().await {
+    match client.orders().get(404, &params).send().await {
         Err(ApiError::Status { body, .. }) => {
             assert_eq!(
                 body,
@@ -302,6 +307,6 @@ async fn parameters_decode_and_errors_arrive_typed() {
         }
         other => panic!("expected the typed 404, got {other:?}"),
     }
-    let health = client.health().send().await.unwrap();
+    let health = client.health().health().send().await.unwrap();
     assert_eq!(health.ok, Some(true));
 }

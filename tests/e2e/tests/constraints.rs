@@ -505,7 +505,7 @@ async fn the_client_refuses_what_the_server_would_without_sending() {
         x_trace: None,
         dry_run: None,
     };
-    match client.create_order(&params, &body).send().await {
+    match client.orders().create(&params, &body).send().await {
         Err(ApiError::Invalid(violations)) => {
             let first = violations.first();
             assert_eq!(first.field, "body.lines[0].quantity");
@@ -520,7 +520,7 @@ async fn the_client_refuses_what_the_server_would_without_sending() {
         after: None,
         tags: None,
     };
-    match client.list_orders(&params).send().await {
+    match client.orders().list(&params).send().await {
         Err(ApiError::Invalid(violations)) => assert_eq!(violations.first().field, "query.limit"),
         other => panic!("expected a refusal before sending, got {other:?}"),
     }
@@ -531,7 +531,7 @@ async fn the_client_refuses_what_the_server_would_without_sending() {
     let note = api::CreateNoteBody::Form(api::Note {
         text: String::new(),
     });
-    match client.create_note(&params, &note).send().await {
+    match client.notes().create(&params, &note).send().await {
         Err(ApiError::Invalid(violations)) => assert_eq!(violations.first().field, "body.text"),
         other => panic!("expected a refusal before sending, got {other:?}"),
     }
