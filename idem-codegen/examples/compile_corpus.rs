@@ -209,7 +209,8 @@ fn groups(code: &str) -> usize {
 }
 
 /// Distinct identifiers that are another identifier (or a name the
-/// generated code reserves) plus a number: `Error2`, `new2`, `Order3`.
+/// generated code reserves) plus a number from 2 to 99, as a `Namer`
+/// numbers a collision: `Error2`, `new2`, `Order3`.
 /// Comments are left out, so a spec's own `Oauth2` in a doc is not counted.
 fn numbered(code: &str) -> usize {
     const RESERVED: &[&str] = &["Client", "Error", "Result", "Api", "new"];
@@ -228,7 +229,9 @@ fn numbered(code: &str) -> usize {
         .iter()
         .filter(|w| {
             let stem = w.trim_end_matches(|c: char| c.is_ascii_digit());
-            stem.len() < w.len()
+            // What a `Namer` appends: 2, 3, …; not a status (`Response200`).
+            let suffix = w[stem.len()..].parse::<u32>().unwrap_or(0);
+            (2..100).contains(&suffix)
                 && !stem.is_empty()
                 && !stem.ends_with('_')
                 && (idents.contains(stem) || RESERVED.contains(&stem))

@@ -1,6 +1,7 @@
 //! The `build.rs` front end, in three layers (as prost-build has them):
 //! [`compile`] for the common case, [`Config`] for options, and the pure
-//! [`crate::generate::generate`] underneath, which does no I/O.
+//! [`crate::generate::generate`] underneath, which does no I/O; and
+//! [`audit`] for a crate that only gates on the audit.
 //!
 //! ```no_run
 //! // build.rs
@@ -20,9 +21,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::build_script::{load_model, print_findings};
+mod audit;
+
 use crate::generate::{self, Options};
 use crate::write::write_if_changed;
+pub use audit::{AuditError, audit, location_message};
+use audit::{load_model, print_findings};
 
 /// Why a build-time generation failed.
 #[derive(Debug, thiserror::Error)]

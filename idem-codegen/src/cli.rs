@@ -11,7 +11,7 @@ use crate::audit::{self, RULES, Rule, Severity};
 use crate::baseline::Baseline;
 use crate::load::Document;
 use crate::model::Model;
-use crate::render::{self, Format};
+use crate::output::{self, Format};
 
 /// Exit code: nothing at or above the threshold.
 pub const EXIT_CLEAN: i32 = 0;
@@ -325,7 +325,7 @@ pub(crate) fn load_model(
         Ok(model) => Ok(Some(model)),
         Err(failure) => {
             stderr.write_all(
-                render::load_error(&failure.sources, &failure.error, color).as_bytes(),
+                output::load_error(&failure.sources, &failure.error, color).as_bytes(),
             )?;
             Ok(None)
         }
@@ -346,7 +346,7 @@ fn run_docs(
     };
     let report = audit::audit(&model);
     if !report.diagnostics.is_empty() {
-        stderr.write_all(render::report(&model, &report, Format::Human, color).as_bytes())?;
+        stderr.write_all(output::report(&model, &report, Format::Human, color).as_bytes())?;
     }
     let pages = match crate::docs::render(&model) {
         Ok(pages) => pages,
@@ -418,9 +418,9 @@ fn run_audit(
         }
     }
     let text = if args.summary {
-        render::digest(&report)
+        output::digest(&report)
     } else {
-        render::report(&model, &report, args.format, color)
+        output::report(&model, &report, args.format, color)
     };
     stdout.write_all(text.as_bytes())?;
     let threshold = if args.deny.is_some() {
@@ -458,7 +458,7 @@ fn run_generate(
         .filter(|d| d.severity == Severity::Error)
         .count();
     if errors > 0 {
-        stderr.write_all(render::report(&model, &report, Format::Human, err_color).as_bytes())?;
+        stderr.write_all(output::report(&model, &report, Format::Human, err_color).as_bytes())?;
         if !args.allow_findings {
             writeln!(
                 stderr,

@@ -4,22 +4,22 @@
 //! 2.0 read as 3.0, multi-file `$ref`s, YAML merge keys, every node keeps its
 //! position) → [`model`] (one [`model::Operation`] per path and
 //! method, with its retry class, key policy, retry policy and phases) →
-//! [`audit`] (rules over the model) → [`render`] (human, JSON, SARIF, GitHub),
-//! and generation from the same model: [`generate`] (the client SDK) and
+//! [`audit`] (rules over the model) → [`output`] (human, JSON, SARIF, GitHub),
+//! and generation from the same model: [`generate`](mod@generate) (the client
+//! SDK and the server scaffolding) and
 //! [`docs`] (the integrator docs page). Generators read the model, never the
 //! raw document.
 
 pub mod audit;
 pub mod baseline;
 pub mod build;
-pub mod build_script;
 pub mod cli;
 pub mod docs;
 pub mod generate;
 pub mod load;
 pub mod model;
+pub mod output;
 pub mod probe;
-pub mod render;
 pub mod source;
 pub mod tree;
 pub mod vocab;

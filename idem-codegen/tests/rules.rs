@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use idem_codegen::audit::{self, RULES, Report, Rule};
 use idem_codegen::load::Document;
 use idem_codegen::model::{self, Method, Model};
-use idem_codegen::render::{self, Format};
+use idem_codegen::output::{self, Format};
 
 /// The command that regenerates `docs/rules/`.
 const BLESS: &str = "IDEM_BLESS=1 cargo test -p idem-codegen --test rules";
@@ -75,7 +75,7 @@ fn check_fixture(slug: &str, expected: &[(u32, &str)]) {
         rule.code
     );
 
-    let text = render::report(&model, &report, Format::Human, false);
+    let text = output::report(&model, &report, Format::Human, false);
     insta::assert_snapshot!(slug, text);
 }
 
@@ -134,6 +134,9 @@ rule_fixtures! {
         (19, "IDEM012"), (31, "IDEM012"), (39, "IDEM012"), (52, "IDEM012"),
     ];
     undeclared_protocol_refusals: "undeclared-protocol-refusals" => [(24, "IDEM013"), (35, "IDEM013")];
+    unidentified_key_scope: "unidentified-key-scope" => [
+        (16, "IDEM014"), (25, "IDEM014"), (34, "IDEM014"),
+    ];
 }
 
 #[test]

@@ -165,7 +165,7 @@ fn check(path: &std::path::Path) -> Result<(), Vec<String>> {
 
 /// The model of a spec with no error-severity finding.
 fn audited_model(path: &std::path::Path) -> Result<idem_codegen::model::Model, Vec<String>> {
-    use idem_codegen::{audit, build_script::location_message, load::Document, model};
+    use idem_codegen::{audit, build::location_message, load::Document, model};
     let document =
         Document::load(path).map_err(|f| vec![location_message(&f.sources, &f.error)])?;
     let model = model::build(document, &audit::rule_names())

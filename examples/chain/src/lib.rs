@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use idem_runtime::client::{Backoff, BudgetConfig, RetryBudget, RetryClient, RetryPolicy};
 use idem_runtime::server::IdemTx;
-use idem_runtime::server::api::Context;
+use idem_runtime::server::support::Context;
 use idem_runtime::sqlx::Sqlite;
 
 /// The server, client and types generated from `fixtures/chain.yaml`.

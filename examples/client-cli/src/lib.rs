@@ -262,7 +262,7 @@ pub struct Upload {
 pub const DEFAULT_BASE_URL: &str = "https://api.shop.example/v1";
 
 /// The document's `x-retry` defaults: attempts, backoff, deadline and retry budget.
-pub const RETRY_DEFAULTS: ::idem_runtime::client::api::Defaults = ::idem_runtime::client::api::Defaults {
+pub const RETRY_DEFAULTS: ::idem_runtime::client::support::Defaults = ::idem_runtime::client::support::Defaults {
     max_attempts: 3,
     base: ::std::time::Duration::from_millis(10),
     cap: ::std::time::Duration::from_millis(50),
@@ -291,14 +291,14 @@ pub const RETRY_DEFAULTS: ::idem_runtime::client::api::Defaults = ::idem_runtime
 /// - [`Client::uploads`]: `/uploads`, 1 operation
 #[derive(Debug, Clone)]
 pub struct Client {
-    inner: ::idem_runtime::client::api::ApiClient,
+    inner: ::idem_runtime::client::support::ApiClient,
 }
 
 impl Client {
     /// A client for the API at `base_url`, with the spec's retry defaults.
     pub fn new(
         base_url: &str,
-    ) -> ::std::result::Result<Self, ::idem_runtime::client::api::InvalidBaseUrl> {
+    ) -> ::std::result::Result<Self, ::idem_runtime::client::support::InvalidBaseUrl> {
         Self::with_http(base_url, ::idem_runtime::reqwest::Client::new())
     }
 
@@ -306,7 +306,7 @@ impl Client {
     pub fn with_http(
         base_url: &str,
         http: ::idem_runtime::reqwest::Client,
-    ) -> ::std::result::Result<Self, ::idem_runtime::client::api::InvalidBaseUrl> {
+    ) -> ::std::result::Result<Self, ::idem_runtime::client::support::InvalidBaseUrl> {
         Self::with_retry_client(base_url, RETRY_DEFAULTS.retry_client(http))
     }
 
@@ -315,9 +315,9 @@ impl Client {
     pub fn with_retry_client(
         base_url: &str,
         retry: ::idem_runtime::client::RetryClient,
-    ) -> ::std::result::Result<Self, ::idem_runtime::client::api::InvalidBaseUrl> {
+    ) -> ::std::result::Result<Self, ::idem_runtime::client::support::InvalidBaseUrl> {
         ::std::result::Result::Ok(Self {
-            inner: ::idem_runtime::client::api::ApiClient::new(base_url, retry)?,
+            inner: ::idem_runtime::client::support::ApiClient::new(base_url, retry)?,
         })
     }
 
@@ -339,7 +339,7 @@ impl Client {
         self.inner
             .set_credential(
                 "bearerAuth",
-                ::idem_runtime::client::api::Credential::Bearer(token.into()),
+                ::idem_runtime::client::support::Credential::Bearer(token.into()),
             );
         self
     }
@@ -381,21 +381,21 @@ impl Client {
 }
 
 /// `GET /blobs/{name}`: its retry class, key and policy.
-const OP_GET_BLOB: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
+const OP_GET_BLOB: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "getBlob",
         ::idem_runtime::client::RetryClass::Safe,
     ),
-    key: ::idem_runtime::client::api::KeyLocation::None,
+    key: ::idem_runtime::client::support::KeyLocation::None,
     security: &["bearerAuth"],
-    retry: ::idem_runtime::client::api::PolicyOverride::NONE,
+    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
 fn decode_get_blob(
-    raw: &::idem_runtime::client::api::Raw,
+    raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
     ::idem_runtime::bytes::Bytes,
-    ::idem_runtime::client::api::ApiError<::std::convert::Infallible>,
+    ::idem_runtime::client::support::ApiError<::std::convert::Infallible>,
 > {
     match raw.status() {
         200 => ::std::result::Result::Ok(raw.bytes()?),
@@ -411,21 +411,21 @@ pub struct PutBlobResponse {
 }
 
 /// `PUT /blobs/{name}`: its retry class, key and policy.
-const OP_PUT_BLOB: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
+const OP_PUT_BLOB: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "putBlob",
         ::idem_runtime::client::RetryClass::Safe,
     ),
-    key: ::idem_runtime::client::api::KeyLocation::None,
+    key: ::idem_runtime::client::support::KeyLocation::None,
     security: &["bearerAuth"],
-    retry: ::idem_runtime::client::api::PolicyOverride::NONE,
+    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
 fn decode_put_blob(
-    raw: &::idem_runtime::client::api::Raw,
+    raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
     PutBlobResponse,
-    ::idem_runtime::client::api::ApiError<::std::convert::Infallible>,
+    ::idem_runtime::client::support::ApiError<::std::convert::Infallible>,
 > {
     match raw.status() {
         204 => {
@@ -450,14 +450,14 @@ impl<'a> BlobsClient<'a> {
     pub fn get(
         &self,
         name: &str,
-    ) -> ::idem_runtime::client::api::Call<
+    ) -> ::idem_runtime::client::support::Call<
         'a,
         ::idem_runtime::bytes::Bytes,
         ::std::convert::Infallible,
     > {
-        let request = ::idem_runtime::client::api::Request::new(
+        let request = ::idem_runtime::client::support::Request::new(
             ::idem_runtime::http::Method::GET,
-            ["/blobs/", &::idem_runtime::client::api::segment(&name)].concat(),
+            ["/blobs/", &::idem_runtime::client::support::segment(&name)].concat(),
         );
         self.client.inner.call(&OP_GET_BLOB, request, decode_get_blob)
     }
@@ -471,14 +471,14 @@ impl<'a> BlobsClient<'a> {
         &self,
         name: &str,
         body: &::idem_runtime::bytes::Bytes,
-    ) -> ::idem_runtime::client::api::Call<
+    ) -> ::idem_runtime::client::support::Call<
         'a,
         PutBlobResponse,
         ::std::convert::Infallible,
     > {
-        let mut request = ::idem_runtime::client::api::Request::new(
+        let mut request = ::idem_runtime::client::support::Request::new(
             ::idem_runtime::http::Method::PUT,
-            ["/blobs/", &::idem_runtime::client::api::segment(&name)].concat(),
+            ["/blobs/", &::idem_runtime::client::support::segment(&name)].concat(),
         );
         request.raw("application/octet-stream", ::std::clone::Clone::clone(body));
         self.client.inner.call(&OP_PUT_BLOB, request, decode_put_blob)
@@ -486,7 +486,7 @@ impl<'a> BlobsClient<'a> {
 }
 
 fn body_create_charge(
-    request: &mut ::idem_runtime::client::api::Request,
+    request: &mut ::idem_runtime::client::support::Request,
     body: &NewCharge,
 ) {
     request.form(body, &["metadata", "shipping", "expand"]);
@@ -515,21 +515,21 @@ pub enum CreateChargeError {
 }
 
 /// `POST /charges`: its retry class, key and policy.
-const OP_CREATE_CHARGE: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
+const OP_CREATE_CHARGE: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "createCharge",
         ::idem_runtime::client::RetryClass::Keyed,
     ),
-    key: ::idem_runtime::client::api::KeyLocation::Header("Idempotency-Key"),
+    key: ::idem_runtime::client::support::KeyLocation::Header("Idempotency-Key"),
     security: &["bearerAuth"],
-    retry: ::idem_runtime::client::api::PolicyOverride::NONE,
+    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
 fn decode_create_charge(
-    raw: &::idem_runtime::client::api::Raw,
+    raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
     Charge,
-    ::idem_runtime::client::api::ApiError<CreateChargeError>,
+    ::idem_runtime::client::support::ApiError<CreateChargeError>,
 > {
     match raw.status() {
         200 => ::std::result::Result::Ok(raw.json()?),
@@ -562,8 +562,13 @@ impl<'a> ChargesClient<'a> {
     /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
     pub fn create(
         &self,
-    ) -> ::idem_runtime::client::api::Call<'a, Charge, CreateChargeError, NewCharge> {
-        let request = ::idem_runtime::client::api::Request::new(
+    ) -> ::idem_runtime::client::support::Call<
+        'a,
+        Charge,
+        CreateChargeError,
+        NewCharge,
+    > {
+        let request = ::idem_runtime::client::support::Request::new(
             ::idem_runtime::http::Method::POST,
             ::std::string::String::from("/charges"),
         );
@@ -586,21 +591,21 @@ pub struct HealthError {
 }
 
 /// `GET /health`: its retry class, key and policy.
-const OP_HEALTH: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
+const OP_HEALTH: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "health",
         ::idem_runtime::client::RetryClass::Safe,
     ),
-    key: ::idem_runtime::client::api::KeyLocation::None,
+    key: ::idem_runtime::client::support::KeyLocation::None,
     security: &[],
-    retry: ::idem_runtime::client::api::PolicyOverride::NONE,
+    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
 fn decode_health(
-    raw: &::idem_runtime::client::api::Raw,
+    raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
     HealthResponse200,
-    ::idem_runtime::client::api::ApiError<HealthError>,
+    ::idem_runtime::client::support::ApiError<HealthError>,
 > {
     match raw.status() {
         200 => ::std::result::Result::Ok(raw.json()?),
@@ -625,8 +630,8 @@ impl<'a> HealthClient<'a> {
     /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
     pub fn health(
         &self,
-    ) -> ::idem_runtime::client::api::Call<'a, HealthResponse200, HealthError> {
-        let request = ::idem_runtime::client::api::Request::new(
+    ) -> ::idem_runtime::client::support::Call<'a, HealthResponse200, HealthError> {
+        let request = ::idem_runtime::client::support::Request::new(
             ::idem_runtime::http::Method::GET,
             ::std::string::String::from("/health"),
         );
@@ -666,21 +671,21 @@ pub enum CreateNoteError {
 }
 
 /// `POST /notes`: its retry class, key and policy.
-const OP_CREATE_NOTE: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
+const OP_CREATE_NOTE: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "createNote",
         ::idem_runtime::client::RetryClass::Keyed,
     ),
-    key: ::idem_runtime::client::api::KeyLocation::Header("Idempotency-Key"),
+    key: ::idem_runtime::client::support::KeyLocation::Header("Idempotency-Key"),
     security: &["bearerAuth"],
-    retry: ::idem_runtime::client::api::PolicyOverride::NONE,
+    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
 fn decode_create_note(
-    raw: &::idem_runtime::client::api::Raw,
+    raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
     ::std::string::String,
-    ::idem_runtime::client::api::ApiError<CreateNoteError>,
+    ::idem_runtime::client::support::ApiError<CreateNoteError>,
 > {
     match raw.status() {
         201 => ::std::result::Result::Ok(raw.text()?),
@@ -714,8 +719,12 @@ impl<'a> NotesClient<'a> {
     pub fn create(
         &self,
         body: &CreateNoteBody,
-    ) -> ::idem_runtime::client::api::Call<'a, ::std::string::String, CreateNoteError> {
-        let mut request = ::idem_runtime::client::api::Request::new(
+    ) -> ::idem_runtime::client::support::Call<
+        'a,
+        ::std::string::String,
+        CreateNoteError,
+    > {
+        let mut request = ::idem_runtime::client::support::Request::new(
             ::idem_runtime::http::Method::POST,
             ::std::string::String::from("/notes"),
         );
@@ -772,21 +781,21 @@ pub enum CreateOrderError {
 }
 
 /// `POST /orders`: its retry class, key and policy.
-const OP_CREATE_ORDER: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
+const OP_CREATE_ORDER: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "createOrder",
         ::idem_runtime::client::RetryClass::Keyed,
     ),
-    key: ::idem_runtime::client::api::KeyLocation::Header("Idempotency-Key"),
+    key: ::idem_runtime::client::support::KeyLocation::Header("Idempotency-Key"),
     security: &["bearerAuth"],
-    retry: ::idem_runtime::client::api::PolicyOverride::NONE,
+    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
 fn decode_create_order(
-    raw: &::idem_runtime::client::api::Raw,
+    raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
     CreateOrderResponse,
-    ::idem_runtime::client::api::ApiError<CreateOrderError>,
+    ::idem_runtime::client::support::ApiError<CreateOrderError>,
 > {
     match raw.status() {
         201 => {
@@ -848,19 +857,22 @@ pub enum GetOrderError {
 }
 
 /// `GET /orders/{id}`: its retry class, key and policy.
-const OP_GET_ORDER: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
+const OP_GET_ORDER: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "getOrder",
         ::idem_runtime::client::RetryClass::Safe,
     ),
-    key: ::idem_runtime::client::api::KeyLocation::None,
+    key: ::idem_runtime::client::support::KeyLocation::None,
     security: &["bearerAuth"],
-    retry: ::idem_runtime::client::api::PolicyOverride::NONE,
+    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
 fn decode_get_order(
-    raw: &::idem_runtime::client::api::Raw,
-) -> ::std::result::Result<Order, ::idem_runtime::client::api::ApiError<GetOrderError>> {
+    raw: &::idem_runtime::client::support::Raw,
+) -> ::std::result::Result<
+    Order,
+    ::idem_runtime::client::support::ApiError<GetOrderError>,
+> {
     match raw.status() {
         200 => ::std::result::Result::Ok(raw.json()?),
         404 => raw.error(GetOrderError::NotFound(raw.json()?)),
@@ -890,8 +902,12 @@ impl<'a> OrdersClient<'a> {
     pub fn create(
         &self,
         body: &NewOrder,
-    ) -> ::idem_runtime::client::api::Call<'a, CreateOrderResponse, CreateOrderError> {
-        let mut request = ::idem_runtime::client::api::Request::new(
+    ) -> ::idem_runtime::client::support::Call<
+        'a,
+        CreateOrderResponse,
+        CreateOrderError,
+    > {
+        let mut request = ::idem_runtime::client::support::Request::new(
             ::idem_runtime::http::Method::POST,
             ::std::string::String::from("/orders"),
         );
@@ -908,23 +924,23 @@ impl<'a> OrdersClient<'a> {
         &self,
         id: i64,
         params: &GetOrderParams,
-    ) -> ::idem_runtime::client::api::Call<'a, Order, GetOrderError> {
-        let mut request = ::idem_runtime::client::api::Request::new(
+    ) -> ::idem_runtime::client::support::Call<'a, Order, GetOrderError> {
+        let mut request = ::idem_runtime::client::support::Request::new(
             ::idem_runtime::http::Method::GET,
-            ["/orders/", &::idem_runtime::client::api::segment(&id)].concat(),
+            ["/orders/", &::idem_runtime::client::support::segment(&id)].concat(),
         );
         request
             .query(
                 "expand",
                 &params.expand,
-                ::idem_runtime::client::api::Style::Form,
+                ::idem_runtime::client::support::Style::Form,
                 true,
             );
         request
             .query(
                 "filter",
                 &params.filter,
-                ::idem_runtime::client::api::Style::DeepObject,
+                ::idem_runtime::client::support::Style::DeepObject,
                 true,
             );
         request.header("X-Trace", &params.x_trace);
@@ -933,22 +949,22 @@ impl<'a> OrdersClient<'a> {
 }
 
 /// `POST /refunds`: its retry class, key and policy.
-const OP_CREATE_REFUND: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
+const OP_CREATE_REFUND: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
             "createRefund",
             ::idem_runtime::client::RetryClass::UnsafeDocumented,
         )
         .warning("Each call refunds again; list the order's refunds before retrying."),
-    key: ::idem_runtime::client::api::KeyLocation::None,
+    key: ::idem_runtime::client::support::KeyLocation::None,
     security: &["bearerAuth"],
-    retry: ::idem_runtime::client::api::PolicyOverride::NONE,
+    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
 fn decode_create_refund(
-    raw: &::idem_runtime::client::api::Raw,
+    raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
     Refund,
-    ::idem_runtime::client::api::ApiError<::std::convert::Infallible>,
+    ::idem_runtime::client::support::ApiError<::std::convert::Infallible>,
 > {
     match raw.status() {
         201 => ::std::result::Result::Ok(raw.json()?),
@@ -973,8 +989,8 @@ impl<'a> RefundsClient<'a> {
     pub fn create(
         &self,
         body: &Refund,
-    ) -> ::idem_runtime::client::api::Call<'a, Refund, ::std::convert::Infallible> {
-        let mut request = ::idem_runtime::client::api::Request::new(
+    ) -> ::idem_runtime::client::support::Call<'a, Refund, ::std::convert::Infallible> {
+        let mut request = ::idem_runtime::client::support::Request::new(
             ::idem_runtime::http::Method::POST,
             ::std::string::String::from("/refunds"),
         );
@@ -985,8 +1001,8 @@ impl<'a> RefundsClient<'a> {
 
 fn multipart_create_upload(
     body: &CreateUploadRequest,
-) -> ::idem_runtime::client::api::Multipart {
-    let mut parts = ::idem_runtime::client::api::Multipart::new();
+) -> ::idem_runtime::client::support::Multipart {
+    let mut parts = ::idem_runtime::client::support::Multipart::new();
     parts.field("name", &body.name);
     parts.bytes("file", &body.file, ::std::option::Option::None);
     parts
@@ -1015,21 +1031,21 @@ pub enum CreateUploadError {
 }
 
 /// `POST /uploads`: its retry class, key and policy.
-const OP_CREATE_UPLOAD: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
+const OP_CREATE_UPLOAD: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "createUpload",
         ::idem_runtime::client::RetryClass::Keyed,
     ),
-    key: ::idem_runtime::client::api::KeyLocation::Header("Idempotency-Key"),
+    key: ::idem_runtime::client::support::KeyLocation::Header("Idempotency-Key"),
     security: &["bearerAuth"],
-    retry: ::idem_runtime::client::api::PolicyOverride::NONE,
+    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
 fn decode_create_upload(
-    raw: &::idem_runtime::client::api::Raw,
+    raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
     Upload,
-    ::idem_runtime::client::api::ApiError<CreateUploadError>,
+    ::idem_runtime::client::support::ApiError<CreateUploadError>,
 > {
     match raw.status() {
         201 => ::std::result::Result::Ok(raw.json()?),
@@ -1063,8 +1079,8 @@ impl<'a> UploadsClient<'a> {
     pub fn create(
         &self,
         body: &CreateUploadRequest,
-    ) -> ::idem_runtime::client::api::Call<'a, Upload, CreateUploadError> {
-        let mut request = ::idem_runtime::client::api::Request::new(
+    ) -> ::idem_runtime::client::support::Call<'a, Upload, CreateUploadError> {
+        let mut request = ::idem_runtime::client::support::Request::new(
             ::idem_runtime::http::Method::POST,
             ::std::string::String::from("/uploads"),
         );

@@ -13,7 +13,7 @@ mod server {
     idem_macros::server!("../../fixtures/payments.yaml");
 }
 
-use idem_runtime::server::api::Context;
+use idem_runtime::server::support::Context;
 use idem_runtime::server::{HeaderScope, IdemTx, Idempotency, StepError, Store};
 use idem_runtime::sqlx::Sqlite;
 

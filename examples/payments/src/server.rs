@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use idem_runtime::http::StatusCode;
-use idem_runtime::server::api::Context;
+use idem_runtime::server::support::Context;
 use idem_runtime::server::{
     Backend, HeaderScope, IdemTx, Idempotency, PhaseError, ResumePolicy, StepError, Store,
 };

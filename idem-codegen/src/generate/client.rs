@@ -2,7 +2,7 @@
 //!
 //! Methods take their required path parameters as arguments, their query,
 //! header and cookie parameters as one `…Params` struct, and their body as
-//! its typed value; they return a [`Call`](idem_runtime::client::api::Call)
+//! its typed value; they return a [`Call`](idem_runtime::client::support::Call)
 //! on which `.idempotency_key(…)` overrides the minted key and `.send()`
 //! runs the call. Arguments rather than a generated builder per operation:
 //! the builder state lives once in the runtime, so a 700-operation client
@@ -130,29 +130,29 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
         pub const DEFAULT_BASE_URL: &str = #base;
 
         #[doc = " The document's `x-retry` defaults: attempts, backoff, deadline and retry budget."]
-        pub const RETRY_DEFAULTS: ::idem_runtime::client::api::Defaults = #defaults;
+        pub const RETRY_DEFAULTS: ::idem_runtime::client::support::Defaults = #defaults;
 
         #client_doc
         #[derive(Debug, Clone)]
         pub struct Client {
-            inner: ::idem_runtime::client::api::ApiClient,
+            inner: ::idem_runtime::client::support::ApiClient,
         }
 
         impl Client {
             /// A client for the API at `base_url`, with the spec's retry defaults.
-            pub fn new(base_url: &str) -> ::std::result::Result<Self, ::idem_runtime::client::api::InvalidBaseUrl> {
+            pub fn new(base_url: &str) -> ::std::result::Result<Self, ::idem_runtime::client::support::InvalidBaseUrl> {
                 Self::with_http(base_url, ::idem_runtime::reqwest::Client::new())
             }
 
             /// Like [`Client::new`], over a reqwest client you configured.
-            pub fn with_http(base_url: &str, http: ::idem_runtime::reqwest::Client) -> ::std::result::Result<Self, ::idem_runtime::client::api::InvalidBaseUrl> {
+            pub fn with_http(base_url: &str, http: ::idem_runtime::reqwest::Client) -> ::std::result::Result<Self, ::idem_runtime::client::support::InvalidBaseUrl> {
                 Self::with_retry_client(base_url, RETRY_DEFAULTS.retry_client(http))
             }
 
             /// Like [`Client::new`], over a retry client you configured (its
             /// policy, budget, breaker, clock).
-            pub fn with_retry_client(base_url: &str, retry: ::idem_runtime::client::RetryClient) -> ::std::result::Result<Self, ::idem_runtime::client::api::InvalidBaseUrl> {
-                ::std::result::Result::Ok(Self { inner: ::idem_runtime::client::api::ApiClient::new(base_url, retry)? })
+            pub fn with_retry_client(base_url: &str, retry: ::idem_runtime::client::RetryClient) -> ::std::result::Result<Self, ::idem_runtime::client::support::InvalidBaseUrl> {
+                ::std::result::Result::Ok(Self { inner: ::idem_runtime::client::support::ApiClient::new(base_url, retry)? })
             }
 
             /// The retry client every call goes through (its metrics, budget, policy).
@@ -182,7 +182,7 @@ fn credential_setter(scheme: &crate::model::SecurityScheme, setter: &str) -> Tok
             doc.push_str(" (`Authorization: Bearer …`).");
             (
                 quote!(token: impl ::std::convert::Into<::std::string::String>),
-                quote!(::idem_runtime::client::api::Credential::Bearer(
+                quote!(::idem_runtime::client::support::Credential::Bearer(
                     token.into()
                 )),
             )
@@ -191,7 +191,7 @@ fn credential_setter(scheme: &crate::model::SecurityScheme, setter: &str) -> Tok
             doc.push_str(" (HTTP basic).");
             (
                 quote!(user: impl ::std::convert::Into<::std::string::String>, password: impl ::std::convert::Into<::std::string::String>),
-                quote!(::idem_runtime::client::api::Credential::Basic {
+                quote!(::idem_runtime::client::support::Credential::Basic {
                     user: user.into(),
                     password: password.into()
                 }),
@@ -209,14 +209,14 @@ fn credential_setter(scheme: &crate::model::SecurityScheme, setter: &str) -> Tok
             };
             (
                 quote!(key: impl ::std::convert::Into<::std::string::String>),
-                quote!(::idem_runtime::client::api::Credential::#variant { name: #parameter, value: key.into() }),
+                quote!(::idem_runtime::client::support::Credential::#variant { name: #parameter, value: key.into() }),
             )
         }
         SecurityKind::Other(kind) => {
             doc.push_str(&format!(" ({kind}): sent as a bearer token."));
             (
                 quote!(token: impl ::std::convert::Into<::std::string::String>),
-                quote!(::idem_runtime::client::api::Credential::Bearer(
+                quote!(::idem_runtime::client::support::Credential::Bearer(
                     token.into()
                 )),
             )
@@ -250,7 +250,7 @@ fn defaults(policy: &RetryPolicy) -> TokenStream {
         number(b.success_refund),
     );
     quote! {
-        ::idem_runtime::client::api::Defaults {
+        ::idem_runtime::client::support::Defaults {
             max_attempts: #attempts,
             base: ::std::time::Duration::from_millis(#base),
             cap: ::std::time::Duration::from_millis(#cap),
@@ -362,7 +362,7 @@ fn operation(
             None => quote!(&str),
         };
         args.push(quote!(#arg: #ty));
-        pieces.push(quote!(&::idem_runtime::client::api::segment(&#arg)));
+        pieces.push(quote!(&::idem_runtime::client::support::segment(&#arg)));
         rest = &rest[close + 1..];
     }
     let path_is_literal = pieces.is_empty();
@@ -429,7 +429,7 @@ fn operation(
             let set = match p.location.as_str() {
                 "query" => {
                     let (style, explode) = query_style(p.style.as_deref(), p.explode);
-                    quote!(request.query(#wire, &params.#field, ::idem_runtime::client::api::Style::#style, #explode);)
+                    quote!(request.query(#wire, &params.#field, ::idem_runtime::client::support::Style::#style, #explode);)
                 }
                 "header" => quote!(request.header(#wire, &params.#field);),
                 _ => quote!(request.cookie(#wire, &params.#field);),
@@ -465,7 +465,7 @@ fn operation(
             let setter = naming::prefixed("body", helper);
             let check = space.defer(body_sites, quote!(request.check(v);));
             items.push(quote! {
-                fn #setter(request: &mut ::idem_runtime::client::api::Request, body: &#ty) {
+                fn #setter(request: &mut ::idem_runtime::client::support::Request, body: &#ty) {
                     #body_set
                     #check
                 }
@@ -495,13 +495,13 @@ fn operation(
     });
     let key = match (&op.key.requirement, &op.key.source) {
         (KeyRequirement::None, _) | (_, None) => {
-            quote!(::idem_runtime::client::api::KeyLocation::None)
+            quote!(::idem_runtime::client::support::KeyLocation::None)
         }
         (_, Some(KeySource::Header { name, .. })) => {
-            quote!(::idem_runtime::client::api::KeyLocation::Header(#name))
+            quote!(::idem_runtime::client::support::KeyLocation::Header(#name))
         }
         (_, Some(KeySource::Body { field })) => {
-            quote!(::idem_runtime::client::api::KeyLocation::Body(#field))
+            quote!(::idem_runtime::client::support::KeyLocation::Body(#field))
         }
     };
     let security: Vec<String> = op
@@ -532,11 +532,11 @@ fn operation(
         err_ty.map_or_else(|| quote!(::std::convert::Infallible), |t| space.tokens(&t));
     let (call_ty, start) = match &optional_body {
         None => (
-            quote!(::idem_runtime::client::api::Call<'a, #ok_tokens, #err_tokens>),
+            quote!(::idem_runtime::client::support::Call<'a, #ok_tokens, #err_tokens>),
             quote!(self.client.inner.call(&#konst, request, #decoder)),
         ),
         Some((ty, setter)) => (
-            quote!(::idem_runtime::client::api::Call<'a, #ok_tokens, #err_tokens, #ty>),
+            quote!(::idem_runtime::client::support::Call<'a, #ok_tokens, #err_tokens, #ty>),
             quote!(self.client.inner.call_with_body(&#konst, request, #decoder, #setter)),
         ),
     };
@@ -544,7 +544,7 @@ fn operation(
         #method_doc
         #deprecated
         pub fn #method_ident(&self, #(#args),*) -> #call_ty {
-            #request_binding = ::idem_runtime::client::api::Request::new(::idem_runtime::http::Method::#http_method, #path_expr);
+            #request_binding = ::idem_runtime::client::support::Request::new(::idem_runtime::http::Method::#http_method, #path_expr);
             #(#sets)*
             #body_set
             #validate
@@ -557,14 +557,14 @@ fn operation(
     );
     items.push(quote! {
         #[doc = #spec_doc]
-        const #konst: ::idem_runtime::client::api::OperationSpec = ::idem_runtime::client::api::OperationSpec {
+        const #konst: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
             operation: ::idem_runtime::client::Operation::new(#op_name, ::idem_runtime::client::RetryClass::#class) #warning,
             key: #key,
             security: &[#(#security),*],
             retry: #retry,
         };
 
-        fn #decoder(raw: &::idem_runtime::client::api::Raw) -> ::std::result::Result<#ok_tokens, ::idem_runtime::client::api::ApiError<#err_tokens>> {
+        fn #decoder(raw: &::idem_runtime::client::support::Raw) -> ::std::result::Result<#ok_tokens, ::idem_runtime::client::support::ApiError<#err_tokens>> {
             #decode_body
         }
     });
@@ -614,7 +614,7 @@ pub(super) fn query_style(
 
 fn policy_override(op: &RetryPolicy, root: &RetryPolicy) -> TokenStream {
     if op == root {
-        return quote!(::idem_runtime::client::api::PolicyOverride::NONE);
+        return quote!(::idem_runtime::client::support::PolicyOverride::NONE);
     }
     let opt_u32 = |v: Option<u32>| match v {
         Some(v) => {
@@ -641,7 +641,7 @@ fn policy_override(op: &RetryPolicy, root: &RetryPolicy) -> TokenStream {
         quote!(::std::option::Option::Some((::std::time::Duration::from_millis(#base), ::std::time::Duration::from_millis(#cap), #decorrelated)))
     };
     quote! {
-        ::idem_runtime::client::api::PolicyOverride {
+        ::idem_runtime::client::support::PolicyOverride {
             max_attempts: #attempts,
             deadline: #deadline,
             p99: #p99,
@@ -913,8 +913,8 @@ fn multipart_fn(space: &TypeSpace<'_>, ty: &Ty, name: &proc_macro2::Ident) -> To
         None => vec![quote!(parts.field("body", body);)],
     };
     quote! {
-        fn #name(body: &#tokens) -> ::idem_runtime::client::api::Multipart {
-            let mut parts = ::idem_runtime::client::api::Multipart::new();
+        fn #name(body: &#tokens) -> ::idem_runtime::client::support::Multipart {
+            let mut parts = ::idem_runtime::client::support::Multipart::new();
             #(#parts)*
             parts
         }

@@ -159,10 +159,10 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             #status
             let _ = (&api, idem);
             let router = router
-                .fallback(#rt::api::not_found)
-                .method_not_allowed_fallback(#rt::api::method_not_allowed)
-                .layer(::idem_runtime::axum::middleware::from_fn(#rt::api::deadlines));
-            ::std::result::Result::Ok(#rt::api::admit(router, #max_in_flight))
+                .fallback(#rt::support::not_found)
+                .method_not_allowed_fallback(#rt::support::method_not_allowed)
+                .layer(::idem_runtime::axum::middleware::from_fn(#rt::support::deadlines));
+            ::std::result::Result::Ok(#rt::support::admit(router, #max_in_flight))
         }
 
         #(#items)*
@@ -264,7 +264,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
             "path" => quote!(inbound.path::<#tokens>(#wire)?),
             "query" => {
                 let (style, explode) = query_style(p.style.as_deref(), p.explode);
-                quote!(inbound.query::<#tokens>(#wire, #rt::api::Style::#style, #explode)?)
+                quote!(inbound.query::<#tokens>(#wire, #rt::support::Style::#style, #explode)?)
             }
             "header" => quote!(inbound.header::<#tokens>(#wire)?),
             _ => quote!(inbound.cookie::<#tokens>(#wire)?),
@@ -276,7 +276,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
         } else {
             (
                 tokens,
-                quote!(#read.ok_or_else(|| #rt::api::Rejection::missing(#label))?),
+                quote!(#read.ok_or_else(|| #rt::support::Rejection::missing(#label))?),
             )
         };
         let mut doc = p.description.clone().unwrap_or_default();
@@ -300,13 +300,13 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
         .then(|| media_check(op))
         .flatten()
         .map(|(required, accepted)| {
-            quote!(#rt::api::media_type(inbound.parts(), inbound.has_body(), #required, &[#(#accepted),*])?;)
+            quote!(#rt::support::media_type(inbound.parts(), inbound.has_body(), #required, &[#(#accepted),*])?;)
         });
     let accept = acceptable_check(op)
-        .map(|offered| quote!(#rt::api::acceptable(inbound.parts(), &[#(#offered),*])?;));
+        .map(|offered| quote!(#rt::support::acceptable(inbound.parts(), &[#(#offered),*])?;));
     let validate = space.defer(
         sites,
-        quote!(v.finish().map_err(|e| #rt::api::Rejection::violations(&e))?;),
+        quote!(v.finish().map_err(|e| #rt::support::Rejection::violations(&e))?;),
     );
     let input_ident =
         (!fields.is_empty()).then(|| ident(&space.namer.unique(&format!("{camel}Input"))));
@@ -322,7 +322,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                     #(#decls)*
                 }
 
-                async fn #reader(inbound: &#rt::api::Inbound) -> ::std::result::Result<#input, #rt::api::Rejection> {
+                async fn #reader(inbound: &#rt::support::Inbound) -> ::std::result::Result<#input, #rt::support::Rejection> {
                     #media
                     #accept
                     let input = #input {
@@ -345,7 +345,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     let doc = doc_attrs(&method_doc(op, wiring));
     let deprecated = op.deprecated.then(|| quote!(#[deprecated]));
     let input_arg_list = input_arg.iter();
-    let limit = quote!(#rt::api::DEFAULT_BODY_LIMIT);
+    let limit = quote!(#rt::support::DEFAULT_BODY_LIMIT);
     let read_input = match &input_pass {
         Some(_) => quote! {
             let input = match #reader(&inbound).await {
@@ -384,14 +384,14 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
             quote! {
                 #doc
                 #deprecated
-                fn #method_ident(&self, cx: #rt::api::Context #(, #input_arg_list)*) -> impl ::std::future::Future<Output = #reply_ident> + ::std::marker::Send;
+                fn #method_ident(&self, cx: #rt::support::Context #(, #input_arg_list)*) -> impl ::std::future::Future<Output = #reply_ident> + ::std::marker::Send;
             },
             quote! {{
                 let api = ::std::sync::Arc::clone(&api);
                 #scope_clone
                 #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| async move {
                     use ::idem_runtime::axum::response::IntoResponse as _;
-                    let inbound = match #rt::api::Inbound::read(request, #template, #limit).await {
+                    let inbound = match #rt::support::Inbound::read(request, #template, #limit).await {
                         ::std::result::Result::Ok(inbound) => inbound,
                         ::std::result::Result::Err(rejection) => return rejection.into_response(),
                     };
@@ -408,7 +408,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                 quote! {
                     #doc
                     #deprecated
-                    fn #method_ident(&self, cx: #rt::api::Context, tx: #rt::IdemTx<DB> #(, #input_arg_list)*) -> impl ::std::future::Future<Output = #reply_ident> + ::std::marker::Send;
+                    fn #method_ident(&self, cx: #rt::support::Context, tx: #rt::IdemTx<DB> #(, #input_arg_list)*) -> impl ::std::future::Future<Output = #reply_ident> + ::std::marker::Send;
                 },
                 quote! {{
                     let api = ::std::sync::Arc::clone(&api);
@@ -416,7 +416,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                     let limit = idem.policy().max_request_body_bytes();
                     #routing::#http_method(move |tx: #rt::IdemTx<DB>, request: ::idem_runtime::axum::extract::Request| async move {
                         use ::idem_runtime::axum::response::IntoResponse as _;
-                        let inbound = match #rt::api::Inbound::read(request, #template, limit).await {
+                        let inbound = match #rt::support::Inbound::read(request, #template, limit).await {
                             ::std::result::Result::Ok(inbound) => inbound,
                             ::std::result::Result::Err(rejection) => return #rt::Reject(rejection).into_response(),
                         };
@@ -424,7 +424,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                         let cx = inbound.context();
                         // Clients called inside derive their keys from this one.
                         let keyed = cx.clone();
-                        #rt::api::keyed(&keyed, api.#method_ident(cx, tx #(, #pass)*)).await.into_response()
+                        #rt::support::keyed(&keyed, api.#method_ident(cx, tx #(, #pass)*)).await.into_response()
                     })
                     .route_layer(idem.layer())
                 }},
@@ -462,7 +462,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     let route = match op.admission.max_in_flight.as_ref() {
         Some(max) => {
             let max = proc_macro2::Literal::usize_unsuffixed(max.value as usize);
-            quote!(#rt::api::admit_route(#route, #max))
+            quote!(#rt::support::admit_route(#route, #max))
         }
         None => route,
     };
@@ -744,7 +744,7 @@ fn request_body(
         let value = quote! {
             match inbound.content_type().as_str() {
                 #(#arms)*
-                other => return ::std::result::Result::Err(#rt::api::Rejection::media_type(other, &[#(#accepted),*])),
+                other => return ::std::result::Result::Err(#rt::support::Rejection::media_type(other, &[#(#accepted),*])),
             }
         };
         (quote!(#enum_ident), value)
@@ -871,7 +871,7 @@ fn reply_enum(
                 proc_macro2::Literal::u16_unsuffixed(high),
                 proc_macro2::Literal::u16_unsuffixed(fallback),
             );
-            quote!(#rt::api::status_in(status, #l, #h, #f))
+            quote!(#rt::support::status_in(status, #l, #h, #f))
         };
         let description = op
             .responses
@@ -890,10 +890,10 @@ fn reply_enum(
         }
         let doc = doc_attrs(&doc);
         let write = |value: TokenStream| match &a.body {
-            None => quote!(#rt::api::empty(#code)),
-            Some((_, Encoding::Text, media)) => quote!(#rt::api::text(#code, #media, #value)),
-            Some((_, Encoding::Bytes, media)) => quote!(#rt::api::bytes(#code, #media, #value)),
-            Some((_, _, media)) => quote!(#rt::api::json(#code, #media, &#value)),
+            None => quote!(#rt::support::empty(#code)),
+            Some((_, Encoding::Text, media)) => quote!(#rt::support::text(#code, #media, #value)),
+            Some((_, Encoding::Bytes, media)) => quote!(#rt::support::bytes(#code, #media, #value)),
+            Some((_, _, media)) => quote!(#rt::support::json(#code, #media, &#value)),
         };
         let status_field = exact
             .is_none()
@@ -928,7 +928,9 @@ fn reply_enum(
                 let t = space.tokens(ty);
                 let doc = format!(" The `{wire}` response header.");
                 fields.push(quote!(#[doc = #doc] pub #field: ::std::option::Option<#t>,));
-                sets.push(quote!(reply = #rt::api::header(reply, #wire, answer.#field.as_ref());));
+                sets.push(
+                    quote!(reply = #rt::support::header(reply, #wire, answer.#field.as_ref());),
+                );
             }
             let doc_struct = format!(" A `{}` answer with its documented headers.", a.status);
             items.push(quote! {
@@ -1143,7 +1145,7 @@ fn phased(
     let validate = media_check(op).map(|(required, accepted)| {
         quote! {
             fn validate(&self, parts: &::idem_runtime::http::request::Parts, body: &[u8]) -> ::std::result::Result<(), ::std::boxed::Box<#rt::Reply>> {
-                #rt::api::media_type(parts, !body.is_empty(), #required, &[#(#accepted),*])
+                #rt::support::media_type(parts, !body.is_empty(), #required, &[#(#accepted),*])
                     .map_err(|rejection| ::std::boxed::Box::new(rejection.into_reply()))
             }
         }
@@ -1151,7 +1153,7 @@ fn phased(
     let (read, pass) = match input {
         Some(_) => (
             quote! {
-                let inbound = #rt::api::Inbound::stored(run.method(), run.path(), run.body(), #template)
+                let inbound = #rt::support::Inbound::stored(run.method(), run.path(), run.body(), #template)
                     .map_err(|r| #rt::StepError::Reject(::std::boxed::Box::new(r.into_reply())))?;
                 let input = #reader(&inbound)
                     .await

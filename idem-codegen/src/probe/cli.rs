@@ -122,7 +122,7 @@ pub fn run(
         ProbeFormat::Sarif => pretty(&report::sarif(
             &model,
             &report,
-            &crate::render::sarif_root(),
+            &crate::output::sarif_root(),
         )),
         ProbeFormat::Junit => report::junit(&model, &report),
     };

@@ -11,7 +11,7 @@ use serde_json::{Value as Json, json};
 use super::run::{RunReport, Verdict};
 use super::{CHECKS, Plan};
 use crate::model::Model;
-use crate::render::{Message, snippet_message};
+use crate::output::{Message, snippet_message};
 
 /// The plan, as `--dry-run` prints it and as a run announces it.
 pub fn plan_text(model: &Model, plan: &Plan, base_url: &str) -> String {
@@ -277,7 +277,7 @@ pub fn sarif(model: &Model, report: &RunReport, root: &Path) -> Json {
                 "message": { "text": format!("{} {}: {}", op.method, op.path, o.verdict.reason().unwrap_or_default()) },
                 "locations": [{
                     "physicalLocation": {
-                        "artifactLocation": crate::render::sarif_artifact(&model.document.sources, op.pos.file, root),
+                        "artifactLocation": crate::output::sarif_artifact(&model.document.sources, op.pos.file, root),
                         "region": { "startLine": op.pos.line.max(1), "startColumn": op.pos.column.max(1) },
                     }
                 }],
@@ -285,7 +285,7 @@ pub fn sarif(model: &Model, report: &RunReport, root: &Path) -> Json {
             }));
         }
     }
-    crate::render::sarif_log("idem probe", rules, results, root)
+    crate::output::sarif_log("idem probe", rules, results, root)
 }
 
 /// JUnit XML: a suite per operation, a case per check.

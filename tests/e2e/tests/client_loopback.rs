@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::StatusCode;
 use idem_e2e::shop;
-use idem_runtime::client::api::ApiError;
+use idem_runtime::client::support::ApiError;
 use idem_runtime::client::{IdempotencyKey, RetryClient, RetryError, RetryPolicy};
 
 #[derive(Debug, Clone)]
@@ -271,7 +271,13 @@ async fn nested_form_bodies_use_brackets() {
         }),
         expand: Some(vec!["customer".into()]),
     };
-    let charged = client.charges().create(&charge).send().await.unwrap();
+    let charged = client
+        .charges()
+        .create()
+        .body(&charge)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(charged.id, "ch_1");
     let hit = &server.hits("/v1/charges")[0];
     assert_eq!(

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use idem_e2e::shop;
 use idem_runtime::client::IdempotencyKey;
-use idem_runtime::client::api::ApiError;
-use idem_runtime::server::api::Context;
+use idem_runtime::client::support::ApiError;
+use idem_runtime::server::support::Context;
 use idem_runtime::server::{IdemTx, Idempotency, ScopeExtractor, ScopeRejection, Store};
 use idem_runtime::sqlx::Sqlite;
 
@@ -231,7 +231,13 @@ async fn nested_form_bodies_decode_into_the_same_types() {
         }),
         expand: Some(vec!["customer".into(), "invoice".into()]),
     };
-    let answer = client.charges().create(&charge).send().await.unwrap();
+    let answer = client
+        .charges()
+        .create()
+        .body(&charge)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(answer.id, "ch_2000");
     let decoded = answer.received.unwrap()["decoded"]
         .as_str()

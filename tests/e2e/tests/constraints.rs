@@ -11,9 +11,9 @@
 //! the same values without sending anything.
 
 use idem_e2e::constraints as api;
-use idem_runtime::client::api::ApiError;
+use idem_runtime::client::support::ApiError;
 use idem_runtime::reqwest;
-use idem_runtime::server::api::Context;
+use idem_runtime::server::support::Context;
 use idem_runtime::server::{Backend, HeaderScope, IdemTx, Idempotency, Store};
 use serde_json::{Value, json};
 

@@ -9,14 +9,17 @@
 //! key's scope from the request's bearer token (or its `api_key` query
 //! parameter) and stores a keyed digest of it. Keys sent under two tokens
 //! never meet, a request without a credential is a `401` that stores
-//! nothing, and no token's text is anywhere in the database's bytes.
+//! nothing, and no token's text is anywhere in the database's bytes. The
+//! same fixture holds the first-call shapes of the generated client: a body
+//! that can only be `{}` is no argument, and an optional body is set on the
+//! call.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use idem_e2e::bearer as api;
 use idem_runtime::reqwest;
-use idem_runtime::server::api::Context;
+use idem_runtime::server::support::Context;
 use idem_runtime::server::{Backend, ConfigError, HeaderScope, IdemTx, Idempotency, Store};
 use serde_json::{Value, json};
 
@@ -25,8 +28,11 @@ const TOKEN_B: &str = "tok_live_bravo_8a3d6f0e1c";
 const QUERY_KEY: &str = "qk_charlie_5b2e9d7a4f";
 const DIGEST_KEY: &[u8; 32] = b"0123456789abcdef0123456789abcdef";
 
+#[derive(Default)]
 struct Ledger {
     posted: Arc<AtomicU64>,
+    /// `id:reason` of each voided entry.
+    voided: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl<DB: Backend> api::Api<DB> for Ledger {
@@ -44,8 +50,21 @@ impl<DB: Backend> api::Api<DB> for Ledger {
         })
     }
 
-    async fn list_entries(&self, _cx: Context) -> api::ListEntriesReply {
+    async fn list_entries(
+        &self,
+        _cx: Context,
+        _input: api::ListEntriesInput,
+    ) -> api::ListEntriesReply {
         api::ListEntriesReply::Ok(Vec::new())
+    }
+
+    async fn void_entry(&self, _cx: Context, input: api::VoidEntryInput) -> api::VoidEntryReply {
+        let reason = input.body.and_then(|b| b.reason).unwrap_or_default();
+        self.voided
+            .lock()
+            .unwrap()
+            .push(format!("{}:{reason}", input.id));
+        api::VoidEntryReply::NoContent
     }
 }
 
@@ -61,15 +80,21 @@ struct Served {
 }
 
 async fn serve<DB: Backend>(store: Store<DB>) -> (String, Arc<AtomicU64>) {
+    let (base, ledger) = serve_ledger(store).await;
+    (base, ledger.posted)
+}
+
+async fn serve_ledger<DB: Backend>(store: Store<DB>) -> (String, Ledger) {
     store.migrate().await.unwrap();
     let idem = Idempotency::builder(store)
         .credential_digest_key(DIGEST_KEY)
         .build()
         .unwrap();
-    let posted = Arc::new(AtomicU64::new(0));
+    let ledger = Ledger::default();
     let app = api::router(
         Ledger {
-            posted: Arc::clone(&posted),
+            posted: Arc::clone(&ledger.posted),
+            voided: Arc::clone(&ledger.voided),
         },
         &idem,
     )
@@ -77,7 +102,7 @@ async fn serve<DB: Backend>(store: Store<DB>) -> (String, Arc<AtomicU64>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}"), posted)
+    (format!("http://{addr}"), ledger)
 }
 
 async fn stores() -> Vec<Served> {
@@ -326,12 +351,48 @@ async fn a_credential_scoped_router_needs_a_digest_key_of_32_bytes() {
         .scope(HeaderScope::new("x-account-id"))
         .build()
         .unwrap();
-    let ledger = Ledger {
-        posted: Arc::default(),
-    };
+    let ledger = Ledger::default();
     let refused = api::router(ledger, &idem).err();
     assert!(
         matches!(refused, Some(ConfigError::MissingDigestKey { min: 32 })),
         "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn optional_and_empty_bodies_are_not_arguments() {
+    let store = Store::open_sqlite("sqlite::memory:").await.unwrap();
+    let (base, ledger) = serve_ledger(store).await;
+    let client = api::Client::new(&base).unwrap().bearer_auth(TOKEN_A);
+    // A body that can only be `{}` is no parameter at all.
+    let listed = client.entries().list().send().await.unwrap();
+    assert!(listed.is_empty());
+    // A DELETE body is kept, and set on the call only when wanted.
+    client.entries().void("e-1").send().await.unwrap();
+    let reason = api::VoidEntryRequest {
+        reason: Some("duplicate".into()),
+    };
+    client
+        .entries()
+        .void("e-2")
+        .body(&reason)
+        .send()
+        .await
+        .unwrap();
+    // The optional body is checked like any input: nothing is sent.
+    let too_long = api::VoidEntryRequest {
+        reason: Some("x".repeat(41)),
+    };
+    let refused = client.entries().void("e-3").body(&too_long).send().await;
+    match refused {
+        Err(idem_runtime::client::support::ApiError::Invalid(v)) => {
+            assert!(v.to_string().contains("body.reason"), "{v}");
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+    assert_eq!(
+        *ledger.voided.lock().unwrap(),
+        ["e-1:", "e-2:duplicate"],
+        "e-3 must never reach the server"
     );
 }

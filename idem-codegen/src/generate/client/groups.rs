@@ -104,6 +104,13 @@ pub(super) fn member_names(group: &Group<'_>) -> Vec<String> {
                 Some(name) if count.get(name.as_str()) == Some(&1) => name.clone(),
                 _ => naming::snake(&op.name, "call"),
             };
+            // `new` is a constructor by convention (and clippy's): an
+            // operation called that is named with its method.
+            let name = if name == "new" {
+                format!("{}_new", op.method.as_str().to_ascii_lowercase())
+            } else {
+                name
+            };
             namer.unique(&name)
         })
         .collect()

@@ -40,7 +40,6 @@
 //! # Ok(()) }
 //! ```
 
-pub mod api;
 mod clock;
 mod config;
 mod engine;
@@ -54,6 +53,7 @@ mod response;
 mod scope;
 mod status;
 mod store;
+pub mod support;
 
 pub use config::{
     BODY_KEY_FIELD, DEFAULT_SCOPE_MAX_LENGTH, DEFAULT_STATUS_PREFIX, FailureReplay, InFlight,

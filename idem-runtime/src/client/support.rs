@@ -216,14 +216,7 @@ impl ApiClient {
         request: Request,
         decode: Decoder<T, E>,
     ) -> Call<'_, T, E> {
-        Call {
-            client: self,
-            spec,
-            request,
-            key: None,
-            decode,
-            set_body: None,
-        }
+        self.start(spec, request, decode, None)
     }
 
     /// Starts a call of `spec` whose optional body the caller may give with
@@ -235,13 +228,23 @@ impl ApiClient {
         decode: Decoder<T, E>,
         set_body: fn(&mut Request, &B),
     ) -> Call<'_, T, E, B> {
+        self.start(spec, request, decode, Some(set_body))
+    }
+
+    fn start<T, E, B: ?Sized>(
+        &self,
+        spec: &'static OperationSpec,
+        request: Request,
+        decode: Decoder<T, E>,
+        set_body: Option<fn(&mut Request, &B)>,
+    ) -> Call<'_, T, E, B> {
         Call {
             client: self,
             spec,
             request,
             key: None,
             decode,
-            set_body: Some(set_body),
+            set_body,
         }
     }
 }

@@ -1,11 +1,11 @@
-//! The `build.rs` front end: audit a spec at build time, report findings as
-//! `cargo:warning=` lines, and make Cargo re-run when any file the spec pulls
-//! in changes.
+//! The audit alone at build time, for a crate that generates nothing:
+//! findings as `cargo:warning=` lines, errors failing the build, and Cargo
+//! re-running when any file the spec pulls in changes.
 //!
 //! In `build.rs`:
 //!
 //! ```no_run
-//! idem_codegen::build_script::audit("openapi.yaml").expect("openapi.yaml passes idem audit");
+//! idem_codegen::build::audit("openapi.yaml").expect("openapi.yaml passes idem audit");
 //! ```
 
 use std::path::Path;
@@ -16,7 +16,7 @@ use crate::model;
 
 /// Why a build-time audit failed.
 #[derive(Debug, thiserror::Error)]
-pub enum BuildError {
+pub enum AuditError {
     #[error("{0}")]
     Load(String),
     #[error("{errors} idempotency audit error(s) in {spec}; run `idem audit {spec}` for details")]
@@ -25,12 +25,12 @@ pub enum BuildError {
 
 /// Audit `spec`; print every finding as a `cargo:warning=` line and fail the
 /// build script when any error-severity finding remains.
-pub fn audit(spec: impl AsRef<Path>) -> Result<(), BuildError> {
+pub fn audit(spec: impl AsRef<Path>) -> Result<(), AuditError> {
     let spec = spec.as_ref();
-    let model = load_model(spec).map_err(BuildError::Load)?;
+    let model = load_model(spec).map_err(AuditError::Load)?;
     let errors = print_findings(&model);
     if errors > 0 {
-        return Err(BuildError::Findings {
+        return Err(AuditError::Findings {
             spec: spec.display().to_string(),
             errors,
         });

@@ -32,7 +32,7 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// a JSON body naming what was wrong and where.
 ///
 /// ```
-/// use idem_runtime::server::api::Rejection;
+/// use idem_runtime::server::support::Rejection;
 /// let r = Rejection::invalid("query.limit", "must be at least 1");
 /// assert_eq!(r.body(), r#"{"code":"invalid_request","message":"must be at least 1","field":"query.limit","retryable":false}"#);
 /// ```

@@ -43,7 +43,6 @@
 //! See `docs/client.md` for the defaults, the classification table and the
 //! simulation results.
 
-pub mod api;
 mod attempt;
 mod backoff;
 mod breaker;
@@ -55,6 +54,7 @@ mod engine;
 mod error;
 mod key;
 mod policy;
+pub mod support;
 
 pub use backoff::Backoff;
 pub use breaker::{BreakerConfig, CircuitBreaker, CircuitState, Permit, Refused};

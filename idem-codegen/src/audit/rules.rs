@@ -14,6 +14,7 @@ mod reaper_before_replay_window;
 mod replay_window_shorter_than_retry_horizon;
 mod undecided_failure_replay;
 mod undeclared_protocol_refusals;
+mod unidentified_key_scope;
 mod unkeyed_unsafe_write;
 
 /// Every rule, in code order.
@@ -31,6 +32,7 @@ pub static RULES: &[&Rule] = &[
     &missing_retry_after::RULE,
     &phases_without_key::RULE,
     &undeclared_protocol_refusals::RULE,
+    &unidentified_key_scope::RULE,
 ];
 
 use crate::model::{Model, Operation};
