@@ -280,7 +280,7 @@ pub const RETRY_DEFAULTS: ::idem_runtime::client::support::Defaults = ::idem_run
 ///
 /// Cheap to clone: clones share one connection pool and one retry budget. Every method states its retry class; keyed operations get an idempotency key minted once per call and sent on every attempt.
 ///
-/// Operations are grouped by resource (the operation's first tag, or the first segment of its path), as `client.charges().create(…)`:
+/// Operations are grouped by resource (the operation's first tag, or the first segment of its path), as `client.blobs().get(…)`:
 ///
 /// - [`Client::blobs`]: `/blobs`, 2 operations
 /// - [`Client::charges`]: `/charges`, 1 operation
@@ -344,37 +344,37 @@ impl Client {
         self
     }
 
-    /// The operations on `/blobs`: 2 of them, each a method of [`BlobsClient`].
+    /// The operations on `/blobs`: 2, each a method of [`BlobsClient`].
     pub fn blobs(&self) -> BlobsClient<'_> {
         BlobsClient { client: self }
     }
 
-    /// The operations on `/charges`: 1 of them, each a method of [`ChargesClient`].
+    /// The operations on `/charges`: 1, each a method of [`ChargesClient`].
     pub fn charges(&self) -> ChargesClient<'_> {
         ChargesClient { client: self }
     }
 
-    /// The operations on `/health`: 1 of them, each a method of [`HealthClient`].
+    /// The operations on `/health`: 1, each a method of [`HealthClient`].
     pub fn health(&self) -> HealthClient<'_> {
         HealthClient { client: self }
     }
 
-    /// The operations on `/notes`: 1 of them, each a method of [`NotesClient`].
+    /// The operations on `/notes`: 1, each a method of [`NotesClient`].
     pub fn notes(&self) -> NotesClient<'_> {
         NotesClient { client: self }
     }
 
-    /// The operations on `/orders`: 2 of them, each a method of [`OrdersClient`].
+    /// The operations on `/orders`: 2, each a method of [`OrdersClient`].
     pub fn orders(&self) -> OrdersClient<'_> {
         OrdersClient { client: self }
     }
 
-    /// The operations on `/refunds`: 1 of them, each a method of [`RefundsClient`].
+    /// The operations on `/refunds`: 1, each a method of [`RefundsClient`].
     pub fn refunds(&self) -> RefundsClient<'_> {
         RefundsClient { client: self }
     }
 
-    /// The operations on `/uploads`: 1 of them, each a method of [`UploadsClient`].
+    /// The operations on `/uploads`: 1, each a method of [`UploadsClient`].
     pub fn uploads(&self) -> UploadsClient<'_> {
         UploadsClient { client: self }
     }
@@ -560,6 +560,8 @@ impl<'a> ChargesClient<'a> {
     /// `POST /charges`
     ///
     /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
+    ///
+    /// The body is optional: send one with `.body(&NewCharge)` on the returned call.
     pub fn create(
         &self,
     ) -> ::idem_runtime::client::support::Call<

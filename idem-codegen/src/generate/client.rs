@@ -1,4 +1,5 @@
-//! The client emitter: one `Client`, one method per operation.
+//! The client emitter: one `Client`, one handle per resource group
+//! (`client.charges()`), one method per operation on its group's handle.
 //!
 //! Methods take their required path parameters as arguments, their query,
 //! header and cookie parameters as one `…Params` struct, and their body as
@@ -48,6 +49,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
     let mut items = Vec::new();
     let mut accessors = Vec::new();
     let mut listing = Vec::new();
+    let mut example = None;
     for group in groups(model) {
         // A group named like one of the client's own methods (`new`) says
         // what it is rather than taking a number.
@@ -66,6 +68,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
         let bare = accessor.trim_start_matches("r#");
         let mut members = Vec::new();
         for (op, name) in group.ops.iter().zip(member_names(&group)) {
+            example.get_or_insert_with(|| format!("client.{accessor}().{name}(…)"));
             let helper = helpers.unique(&naming::snake(&op.name, "call"));
             let owner = format!("{ty_name}::{}", name.trim_start_matches("r#"));
             let (item, body) = operation(model, space, op, &name, &helper, &owner, &root_policy);
@@ -79,7 +82,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             if count == 1 { "" } else { "s" }
         ));
         let accessor_doc = doc_attrs(&format!(
-            "The operations on {}: {count} of them, each a method of [`{ty_name}`].",
+            "The operations on {}: {count}, each a method of [`{ty_name}`].",
             group.origin
         ));
         accessors.push(quote! {
@@ -116,7 +119,10 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
          Every method states its retry class; keyed operations get an idempotency key minted once per \
          call and sent on every attempt.\n\n\
          Operations are grouped by resource (the operation's first tag, or the first segment of its \
-         path), as `client.charges().create(…)`:\n\n{}",
+         path), as `{}`:\n\n{}",
+        example
+            .as_deref()
+            .unwrap_or("client.resource().operation(…)"),
         listing.join("\n")
     ));
     let base = model.servers.first().cloned().unwrap_or_default();
@@ -525,7 +531,14 @@ fn operation(
     } else {
         quote!(let mut request)
     };
-    let method_doc = doc_attrs(&method_doc(model, op));
+    let mut method_doc = method_doc(model, op);
+    if let Some((ty, _)) = &optional_body {
+        let ty = ty.to_string().replace(' ', "");
+        method_doc.push_str(&format!(
+            "\n\nThe body is optional: send one with `.body(&{ty})` on the returned call."
+        ));
+    }
+    let method_doc = doc_attrs(&method_doc);
     let deprecated = op.deprecated.then(|| quote!(#[deprecated]));
     let ok_tokens = space.tokens(&ok_ty);
     let err_tokens =
@@ -718,15 +731,21 @@ enum BodyArg {
     Optional(TokenStream),
 }
 
+/// Whether `op`'s body must be sent: only where the spec says so, and never
+/// on a method whose body has no defined meaning (RFC 9110 §9.3.1, §9.3.2,
+/// §9.3.5). Client and server agree on it.
+pub(super) fn body_required(op: &Operation) -> bool {
+    op.request_body.as_ref().is_some_and(|b| b.required)
+        && !matches!(op.method.as_str(), "GET" | "HEAD" | "DELETE")
+}
+
 /// The body of `op`, as [`BodyParts`].
 fn request_body(space: &mut TypeSpace<'_>, op: &Operation, camel: &str, method: &str) -> BodyParts {
     let none = || (BodyArg::None, TokenStream::new(), Vec::new(), Vec::new());
     let Some(body) = &op.request_body else {
         return none();
     };
-    // A body is required only where the spec says so, and never on a
-    // method whose body has no defined meaning (RFC 9110 §9.3.1, §9.3.5).
-    let optional = !body.required || matches!(op.method.as_str(), "GET" | "HEAD" | "DELETE");
+    let optional = !body_required(op);
     let empty_only = !body.media.is_empty()
         && body.media.iter().all(|m| {
             m.schema.as_ref().is_some_and(|s| {

@@ -21,7 +21,8 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 use super::client::{
-    Encoding, doc_head, encoding_of, is_key_parameter, query_style, response_shape, status_variant,
+    Encoding, body_required, doc_head, encoding_of, is_key_parameter, query_style, response_shape,
+    status_variant,
 };
 use super::naming::{self, Namer};
 use super::types::{Site, Ty, TypeSpace, doc_attrs, ident};
@@ -102,9 +103,19 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
         }
     }
     let status = accepted.then(|| {
+        // Polled under the scope the `202`'s operations claim their keys in:
+        // the credential's, when they are scoped by it.
+        let scoped = model
+            .operations
+            .iter()
+            .find(|op| {
+                op.settings.in_flight == InFlight::Accepted
+                    && op.settings.scope == Scope::Credential
+            })
+            .map(|op| credential_scope(model, op));
         quote! {
             // Operations answering duplicates with `202` point at this resource.
-            router = router.merge(idem.status_router());
+            router = router.merge(idem #scoped .status_router());
         }
     });
     let max_in_flight = match model.root.admission.max_in_flight.as_ref() {
@@ -475,8 +486,6 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     }
 }
 
-/// The operation's policy, as `Policy::new()…` (runtime defaults where the
-/// spec says nothing).
 /// `.scoped_by_credential(…)?` for an operation whose keys are scoped by
 /// its security credential: each `security` alternative, with where each
 /// of its schemes' credential travels. Schemes that carry no readable
@@ -523,6 +532,8 @@ fn credential_scope(model: &Model, op: &Operation) -> TokenStream {
     quote!(.scoped_by_credential(&[#(#requirements),*])?)
 }
 
+/// The operation's policy, as `Policy::new()…` (runtime defaults where the
+/// spec says nothing).
 fn policy(op: &Operation, accepted: &mut bool) -> TokenStream {
     let rt = rt();
     let s = &op.settings;
@@ -665,7 +676,7 @@ fn request_body(
         {
             sites.push(Site {
                 path: "body".to_owned(),
-                ty: if body.required {
+                ty: if body_required(op) {
                     ty.clone()
                 } else {
                     Ty::Option(Box::new(ty.clone()))
@@ -715,7 +726,7 @@ fn request_body(
                 (enc, &media.schema)
             {
                 // The variant the request arrived in, when it is this one.
-                let pick = if body.required {
+                let pick = if body_required(op) {
                     quote!(#enum_ident::#variant(value))
                 } else {
                     quote!(::std::option::Option::Some(#enum_ident::#variant(value)))
@@ -749,7 +760,7 @@ fn request_body(
         };
         (quote!(#enum_ident), value)
     };
-    let (decl_ty, read) = if body.required {
+    let (decl_ty, read) = if body_required(op) {
         (decl_ty, value)
     } else {
         (
@@ -780,7 +791,7 @@ fn media_check(op: &Operation) -> Option<(bool, Vec<String>)> {
             accepted.push(essence.to_owned());
         }
     }
-    (!accepted.is_empty()).then_some((body.required, accepted))
+    (!accepted.is_empty()).then_some((body_required(op), accepted))
 }
 
 /// The media types the operation answers in, when one of its responses

@@ -193,7 +193,12 @@ impl<'m> TypeSpace<'m> {
         if RESERVED_TYPES.contains(&name.as_str()) {
             let api = format!("Api{name}");
             let schema = format!("{name}Schema");
-            for candidate in [api, schema] {
+            let candidates = if name == "Api" {
+                [schema, api]
+            } else {
+                [api, schema]
+            };
+            for candidate in candidates {
                 if self.namer.is_free(&candidate)
                     && !self
                         .model
@@ -372,6 +377,13 @@ impl<'m> TypeSpace<'m> {
             } => {
                 let mut namer = Namer::default();
                 let mut out = Vec::with_capacity(variants.len());
+                // A one-value property names a variant only where it tells
+                // the variants apart (`state: creating`), not where they all
+                // share it (`object: event`).
+                let marks: Vec<Option<String>> = variants
+                    .iter()
+                    .map(|v| self.distinguishing_value(v))
+                    .collect();
                 for (index, variant) in variants.iter().enumerate() {
                     let tags: Vec<String> = discriminator
                         .iter()
@@ -379,9 +391,15 @@ impl<'m> TypeSpace<'m> {
                         .filter(|(_, i)| *i == index)
                         .map(|(value, _)| value.clone())
                         .collect();
-                    let base = match tags.first() {
-                        Some(tag) => naming::camel(tag, "Variant"),
-                        None => self.variant_name(variant),
+                    let mark = marks[index]
+                        .as_ref()
+                        .filter(|m| marks.iter().filter(|o| o.as_ref() == Some(m)).count() == 1)
+                        .map(|m| naming::camel(m, ""))
+                        .filter(|m| !m.is_empty() && variant.title.is_none());
+                    let base = match (tags.first(), mark) {
+                        (Some(tag), _) => naming::camel(tag, "Variant"),
+                        (None, Some(mark)) => mark,
+                        (None, None) => self.variant_name(variant),
                     };
                     let ident = namer.unique(&base);
                     let ty = self.ty(variant, &format!("{name}{ident}"));
@@ -463,6 +481,27 @@ impl<'m> TypeSpace<'m> {
                 .title
                 .as_deref()
                 .map_or_else(|| "Object".to_owned(), |t| naming::camel(t, "Object")),
+        }
+    }
+
+    /// The one string value that marks `variant`, when there is one (a
+    /// one-value enum, a `const`, or a required property holding one): a
+    /// variant it tells apart is named after it, `Creating` rather than
+    /// `Object3`.
+    fn distinguishing_value(&self, variant: &Schema) -> Option<String> {
+        let single = |schema: &Schema| match &self.model.schemas.resolve(schema).kind {
+            Kind::StringEnum(values) if values.len() == 1 => values.first().cloned(),
+            Kind::Const(serde_json::Value::String(value)) => Some(value.clone()),
+            _ => None,
+        };
+        match &variant.kind {
+            Kind::StringEnum(_) | Kind::Const(_) => single(variant),
+            Kind::Object(object) => object
+                .properties
+                .iter()
+                .filter(|p| p.required)
+                .find_map(|p| single(&p.schema)),
+            _ => None,
         }
     }
 

@@ -343,6 +343,9 @@ impl<DB: Backend> Idempotency<DB> {
         &self,
         requirements: &'static [Requirement],
     ) -> Result<Idempotency<DB>, ConfigError> {
+        if requirements.iter().all(|r| r.is_empty()) {
+            return Err(ConfigError::NoCredentialToScopeBy);
+        }
         let key =
             self.inner
                 .shared

@@ -59,6 +59,14 @@ pub enum ConfigError {
         /// The shortest key accepted.
         min: usize,
     },
+    /// A credential-scoped route whose operation declares no credential
+    /// the server can read (no `security`, or only schemes such as mutual
+    /// TLS): every request would be refused.
+    #[error(
+        "an operation scoped by credential declares no credential to scope its keys by: add its \
+         `security` requirement (bearer, basic or an API key), or scope it by account"
+    )]
+    NoCredentialToScopeBy,
     /// The digest key is too short to keep credentials from being guessed
     /// back from their digests.
     #[error("the credential digest key is {len} bytes; it must be at least {min}")]

@@ -241,6 +241,18 @@ impl CredentialScope {
     }
 }
 
+/// Two values where one credential goes: which one an authenticator read
+/// and which one names the scope could differ, so neither is used.
+fn duplicated(parts: &Parts, credential: Credential) -> Option<String> {
+    let name = match credential {
+        Credential::Bearer | Credential::Basic => http::header::AUTHORIZATION.as_str(),
+        Credential::Header(name) => name,
+        Credential::Query(_) | Credential::Cookie(_) => return None,
+    };
+    (parts.headers.get_all(name).iter().count() > 1)
+        .then(|| format!("the request carries more than one `{name}` header"))
+}
+
 /// The credential of `credential` in `parts`, when present and not empty.
 fn credential<'p>(parts: &'p Parts, credential: Credential) -> Option<std::borrow::Cow<'p, [u8]>> {
     use std::borrow::Cow;
@@ -284,6 +296,11 @@ fn credential<'p>(parts: &'p Parts, credential: Credential) -> Option<std::borro
 
 impl ScopeExtractor for CredentialScope {
     fn scope(&self, parts: &Parts) -> Result<String, ScopeRejection> {
+        for (_, c) in self.requirements.iter().flat_map(|r| r.iter()) {
+            if let Some(problem) = duplicated(parts, *c) {
+                return Err(ScopeRejection::invalid(problem));
+            }
+        }
         for requirement in self.requirements.iter().filter(|r| !r.is_empty()) {
             let found: Option<Vec<_>> = requirement
                 .iter()

@@ -50,6 +50,10 @@ impl<DB: Backend> api::Api<DB> for Ledger {
         })
     }
 
+    async fn create_export(&self, _cx: Context, _tx: IdemTx<DB>) -> api::CreateExportReply {
+        api::CreateExportReply::Created
+    }
+
     async fn list_entries(
         &self,
         _cx: Context,
@@ -285,6 +289,21 @@ async fn keys_are_scoped_by_a_digest_of_the_credential() {
         }
         assert_eq!((served.rows)().await, 3, "{engine}: a refusal stored a row");
 
+        // Two credentials where one goes: refused, nothing stored.
+        let refused = reqwest::Client::new()
+            .post(format!("{base}/v1/entries"))
+            .header("idempotency-key", "key-3")
+            .header("authorization", format!("Bearer {TOKEN_A}"))
+            .header("authorization", format!("Bearer {TOKEN_B}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status().as_u16(), 400, "{engine}");
+        let refused: Value = refused.json().await.unwrap();
+        assert_eq!(refused["code"], "caller_scope_invalid", "{engine}");
+        assert_eq!((served.rows)().await, 3, "{engine}: a refusal stored a row");
+
         // The raw database: digests only, no token's text.
         let dump = (served.dump)().await;
         assert!(
@@ -336,6 +355,33 @@ async fn the_generated_client_authenticates_and_its_key_is_scoped() {
 }
 
 #[tokio::test]
+async fn the_key_status_resource_answers_in_the_credential_scope() {
+    let store = Store::open_sqlite("sqlite::memory:").await.unwrap();
+    let (base, _) = serve(store).await;
+    let http = reqwest::Client::new();
+    let started = http
+        .post(format!("{base}/v1/exports"))
+        .header("idempotency-key", "export-1")
+        .header("authorization", format!("Bearer {TOKEN_A}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status().as_u16(), 201);
+    let status = |token: Option<&'static str>| {
+        let mut request = http.get(format!("{base}/idempotency-keys/export-1"));
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    // The owner reads its stored answer; another token's scope has no such
+    // key; no credential is no caller.
+    assert_eq!(status(Some(TOKEN_A)).await, 201);
+    assert_eq!(status(Some(TOKEN_B)).await, 404);
+    assert_eq!(status(None).await, 401);
+}
+
+#[tokio::test]
 async fn a_credential_scoped_router_needs_a_digest_key_of_32_bytes() {
     let store = Store::open_sqlite("sqlite::memory:").await.unwrap();
     store.migrate().await.unwrap();
@@ -357,6 +403,16 @@ async fn a_credential_scoped_router_needs_a_digest_key_of_32_bytes() {
         matches!(refused, Some(ConfigError::MissingDigestKey { min: 32 })),
         "{refused:?}"
     );
+    // An operation with no credential to read cannot be scoped by one.
+    let keyed = Idempotency::builder(Store::open_sqlite("sqlite::memory:").await.unwrap())
+        .credential_digest_key(DIGEST_KEY)
+        .build()
+        .unwrap();
+    let mtls_only: &'static [idem_runtime::server::Requirement] = &[&[]];
+    assert!(matches!(
+        keyed.scoped_by_credential(mtls_only).err(),
+        Some(ConfigError::NoCredentialToScopeBy)
+    ));
 }
 
 #[tokio::test]
