@@ -60,6 +60,10 @@ pub enum Command {
 pub struct DocsArgs {
     /// The OpenAPI document (YAML or JSON, 3.0 / 3.1 / 3.2).
     pub spec: PathBuf,
+    /// Apply an OpenAPI Overlay 1.0 file to the spec as it loads; repeatable,
+    /// applied in order.
+    #[arg(long = "overlay", value_name = "FILE")]
+    pub overlays: Vec<PathBuf>,
     /// Directory to write the pages into (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
@@ -72,6 +76,10 @@ pub struct DocsArgs {
 pub struct AuditArgs {
     /// The API description (YAML or JSON; OpenAPI 3.0 / 3.1 / 3.2 or Swagger 2.0).
     pub spec: PathBuf,
+    /// Apply an OpenAPI Overlay 1.0 file to the spec as it loads; repeatable,
+    /// applied in order.
+    #[arg(long = "overlay", value_name = "FILE")]
+    pub overlays: Vec<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
     /// Fail on warnings too.
@@ -96,6 +104,10 @@ pub struct AuditArgs {
 pub struct GenerateArgs {
     /// The OpenAPI document.
     pub spec: PathBuf,
+    /// Apply an OpenAPI Overlay 1.0 file to the spec as it loads; repeatable,
+    /// applied in order.
+    #[arg(long = "overlay", value_name = "FILE")]
+    pub overlays: Vec<PathBuf>,
     /// Where to write the crate (`Cargo.toml`, `src/lib.rs`).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
@@ -126,6 +138,10 @@ pub struct GenerateArgs {
 pub struct ProbeArgs {
     /// The API description the service is held to.
     pub spec: PathBuf,
+    /// Apply an OpenAPI Overlay 1.0 file to the spec as it loads; repeatable,
+    /// applied in order.
+    #[arg(long = "overlay", value_name = "FILE")]
+    pub overlays: Vec<PathBuf>,
     /// Where the service runs (`https://staging.example.com`); paths from
     /// the spec are appended to it.
     #[arg(long, value_name = "URL")]
@@ -316,13 +332,21 @@ pub(crate) fn use_color(choice: ColorChoice, stream_is_terminal: bool) -> bool {
 /// and return `None` (exit code 2).
 pub(crate) fn load_model(
     spec: &std::path::Path,
+    overlays: &[PathBuf],
     stderr: &mut dyn Write,
     color: bool,
 ) -> std::io::Result<Option<Model>> {
-    let built = Document::load(spec)
+    let built = Document::load_overlaid(spec, overlays, &crate::tree::Limits::default())
         .and_then(|document| crate::model::build(document, &audit::rule_names()));
     match built {
-        Ok(model) => Ok(Some(model)),
+        Ok(model) => {
+            for warning in &model.document.warnings {
+                stderr.write_all(
+                    output::load_warning(&model.document.sources, warning, color).as_bytes(),
+                )?;
+            }
+            Ok(Some(model))
+        }
         Err(failure) => {
             stderr.write_all(
                 output::load_error(&failure.sources, &failure.error, color).as_bytes(),
@@ -341,7 +365,7 @@ fn run_docs(
     terminals: Terminals,
 ) -> std::io::Result<i32> {
     let color = use_color(args.color, terminals.stderr);
-    let Some(model) = load_model(&args.spec, stderr, color)? else {
+    let Some(model) = load_model(&args.spec, &args.overlays, stderr, color)? else {
         return Ok(EXIT_ERROR);
     };
     let report = audit::audit(&model);
@@ -391,7 +415,7 @@ fn run_audit(
     }
     let color = use_color(args.color, terminals.stdout);
     let err_color = use_color(args.color, terminals.stderr);
-    let Some(model) = load_model(&args.spec, stderr, err_color)? else {
+    let Some(model) = load_model(&args.spec, &args.overlays, stderr, err_color)? else {
         return Ok(EXIT_ERROR);
     };
     let mut report = audit::audit(&model);
@@ -447,7 +471,7 @@ fn run_generate(
         args.docs || everything,
     );
     let started = std::time::Instant::now();
-    let model = match load_model(&args.spec, stderr, err_color)? {
+    let model = match load_model(&args.spec, &args.overlays, stderr, err_color)? {
         Some(model) => model,
         None => return Ok(EXIT_ERROR),
     };

@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use crate::source::{FileId, Pos, SourceMap};
 use crate::tree::{self, Limits, Node, TreeError, Value};
 
+mod overlay;
 mod swagger2;
+
+pub use overlay::Warning;
 
 /// The OpenAPI versions idem reads. A Swagger 2.0 document is read into the
 /// same 3.0-shaped tree at load time (see `swagger2`), so everything after
@@ -27,9 +30,14 @@ pub struct Document {
     pub sources: SourceMap,
     trees: Vec<Node>,
     by_path: HashMap<PathBuf, FileId>,
+    /// Overlay files, each with the file its `$ref`s resolve in (the root).
+    ref_context: HashMap<FileId, FileId>,
     pub version: Version,
     /// The version string as written (`3.0.3`, or `2.0` for Swagger).
     pub version_text: String,
+    /// What the overlays did that is allowed but probably not meant, such
+    /// as a target that selects nothing. Front ends print these.
+    pub warnings: Vec<Warning>,
 }
 
 /// Why a document could not be loaded. Each variant that concerns a place in
@@ -60,6 +68,8 @@ pub enum LoadError {
     },
     #[error("`$ref` cycle: {chain}")]
     RefCycle { chain: String, pos: Pos },
+    #[error("{message}")]
+    Overlay { message: String, pos: Pos },
     #[error("`{path}` is not UTF-8: invalid byte 0x{byte:02X} at offset {offset}")]
     NotUtf8 {
         path: String,
@@ -80,6 +90,7 @@ impl LoadError {
             | LoadError::MissingRefFile { pos, .. }
             | LoadError::BadRef { pos, .. }
             | LoadError::RefCycle { pos, .. }
+            | LoadError::Overlay { pos, .. }
             | LoadError::NotUtf8 { pos, .. } => Some(*pos),
         }
     }
@@ -103,19 +114,33 @@ impl Document {
     }
 
     pub fn load_with(path: &Path, limits: &Limits) -> Result<Document, Box<LoadFailure>> {
+        Self::load_overlaid(path, &[], limits)
+    }
+
+    /// Load `path`, then apply each OpenAPI Overlay in `overlays`, in order,
+    /// before anything else reads the document (see [`overlay`]).
+    pub fn load_overlaid(
+        path: &Path,
+        overlays: &[PathBuf],
+        limits: &Limits,
+    ) -> Result<Document, Box<LoadFailure>> {
         let mut loader = Loader {
             sources: SourceMap::default(),
             trees: Vec::new(),
             by_path: HashMap::new(),
+            ref_context: HashMap::new(),
+            warnings: Vec::new(),
             limits,
         };
-        match loader.run(path) {
+        match loader.run(path, overlays) {
             Ok((version, version_text)) => Ok(Document {
                 sources: loader.sources,
                 trees: loader.trees,
                 by_path: loader.by_path,
+                ref_context: loader.ref_context,
                 version,
                 version_text,
+                warnings: loader.warnings,
             }),
             Err(error) => Err(Box::new(LoadFailure {
                 error,
@@ -141,6 +166,7 @@ impl Document {
             trees: &self.trees,
             by_path: &self.by_path,
             sources: &self.sources,
+            ref_context: &self.ref_context,
         }
     }
 }
@@ -153,9 +179,16 @@ pub(crate) struct Refs<'a> {
     trees: &'a [Node],
     by_path: &'a HashMap<PathBuf, FileId>,
     sources: &'a SourceMap,
+    ref_context: &'a HashMap<FileId, FileId>,
 }
 
 impl<'a> Refs<'a> {
+    /// The file whose `$ref`s a node written in `file` resolves like: an
+    /// overlay's nodes live in the document they were merged into.
+    fn context(&self, file: FileId) -> FileId {
+        self.ref_context.get(&file).copied().unwrap_or(file)
+    }
+
     /// Follow `node`'s `$ref` (and any chain of them) to the node it names.
     pub(crate) fn resolve(&self, node: &'a Node) -> Result<&'a Node, LoadError> {
         let mut current = node;
@@ -201,6 +234,7 @@ impl<'a> Refs<'a> {
     /// The file a `$ref`'s file part names, seen from file `from` (an empty
     /// part is `from` itself).
     pub(crate) fn target_file(&self, from: FileId, file_part: &str) -> Option<FileId> {
+        let from = self.context(from);
         if file_part.is_empty() {
             return Some(from);
         }
@@ -215,8 +249,9 @@ impl<'a> Refs<'a> {
     /// the file the `$ref` was written in.
     fn locate<'r>(&self, at: &Node, reference: &'r str) -> Result<(FileId, &'r str), LoadError> {
         let (file_part, fragment) = split_ref(reference);
+        let from = self.context(at.pos.file);
         if file_part.is_empty() {
-            return Ok((at.pos.file, fragment));
+            return Ok((from, fragment));
         }
         if is_remote(file_part) {
             return Err(LoadError::BadRef {
@@ -227,7 +262,7 @@ impl<'a> Refs<'a> {
         }
         let base = self
             .sources
-            .get(at.pos.file)
+            .get(from)
             .map(|f| f.path.clone())
             .unwrap_or_default();
         let target = relative_to(&base, file_part);
@@ -336,13 +371,28 @@ struct Loader<'l> {
     sources: SourceMap,
     trees: Vec<Node>,
     by_path: HashMap<PathBuf, FileId>,
+    ref_context: HashMap<FileId, FileId>,
+    warnings: Vec<Warning>,
     limits: &'l Limits,
 }
 
 impl Loader<'_> {
-    fn run(&mut self, path: &Path) -> Result<(Version, String), LoadError> {
+    fn run(&mut self, path: &Path, overlays: &[PathBuf]) -> Result<(Version, String), LoadError> {
         let bytes = self.read(path)?;
         let root = self.add_bytes(normalize(path), bytes)?;
+        for overlay in overlays {
+            let bytes = self.read(overlay)?;
+            // Not registered under its path: it is not a file `$ref`s reach.
+            let id = self.add_unlisted(overlay.clone(), bytes)?;
+            self.ref_context.insert(id, root);
+            let (before, rest) = self.trees.split_at_mut(id.0 as usize);
+            let (Some(document), Some(overlay)) = (before.get_mut(root.0 as usize), rest.first())
+            else {
+                continue;
+            };
+            let warnings = overlay::apply(document, overlay, &self.sources)?;
+            self.warnings.extend(warnings);
+        }
         self.finish(root)
     }
 
@@ -383,6 +433,7 @@ impl Loader<'_> {
                 trees: &self.trees,
                 by_path: &self.by_path,
                 sources: &self.sources,
+                ref_context: &self.ref_context,
             };
             let converted = swagger2::normalize(refs, root);
             for (file, tree) in converted {
@@ -423,8 +474,22 @@ impl Loader<'_> {
     /// column of its first bad byte (the file is kept, decoded lossily, so
     /// the error can show the line).
     fn add_bytes(&mut self, path: PathBuf, bytes: Vec<u8>) -> Result<FileId, LoadError> {
-        match String::from_utf8(bytes) {
-            Ok(text) => self.add_text(path, text),
+        self.add_file(path, bytes, true)
+    }
+
+    /// Add a file that `$ref`s do not name (an overlay).
+    fn add_unlisted(&mut self, path: PathBuf, bytes: Vec<u8>) -> Result<FileId, LoadError> {
+        self.add_file(path, bytes, false)
+    }
+
+    fn add_file(
+        &mut self,
+        path: PathBuf,
+        bytes: Vec<u8>,
+        listed: bool,
+    ) -> Result<FileId, LoadError> {
+        let text = match String::from_utf8(bytes) {
+            Ok(text) => text,
             Err(e) => {
                 let offset = e.utf8_error().valid_up_to();
                 let bytes = e.into_bytes();
@@ -436,20 +501,21 @@ impl Loader<'_> {
                 let shown = path.display().to_string();
                 let text = String::from_utf8_lossy(&bytes).into_owned();
                 let id = self.sources.add(path.clone(), text);
-                self.by_path.insert(path, id);
-                Err(LoadError::NotUtf8 {
+                if listed {
+                    self.by_path.insert(path, id);
+                }
+                return Err(LoadError::NotUtf8 {
                     path: shown,
                     byte,
                     offset,
                     pos: Pos::new(id, line, column),
-                })
+                });
             }
-        }
-    }
-
-    fn add_text(&mut self, path: PathBuf, text: String) -> Result<FileId, LoadError> {
+        };
         let id = self.sources.add(path.clone(), text);
-        self.by_path.insert(path, id);
+        if listed {
+            self.by_path.insert(path, id);
+        }
         let text = self.sources.get(id).map_or("", |f| f.text.as_str());
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let tree = tree::parse(text, id, self.limits).map_err(|error| LoadError::Tree { error })?;

@@ -585,6 +585,22 @@ pub fn load_error(sources: &SourceMap, error: &LoadError, color: bool) -> String
     )
 }
 
+/// A load warning (an overlay target that selects nothing, …) with its snippet.
+pub fn load_warning(sources: &SourceMap, warning: &crate::load::Warning, color: bool) -> String {
+    snippet_message(
+        sources,
+        Message {
+            level: Level::WARNING,
+            id: None,
+            title: &warning.message,
+            pos: Some(warning.pos),
+            label: "here",
+            notes: &[],
+        },
+        color,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

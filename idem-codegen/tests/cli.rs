@@ -8,28 +8,13 @@
 
 use std::path::{Path, PathBuf};
 
-use idem_codegen::cli::{EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, run};
+use idem_codegen::cli::{EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS};
+
+mod cli_support;
+use cli_support::idem;
 
 fn fixture(name: &str) -> String {
     format!("../fixtures/{name}")
-}
-
-struct Output {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn idem(args: &[&str]) -> Output {
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    let argv = std::iter::once("idem").chain(args.iter().copied());
-    let code = run(argv, &mut out, &mut err);
-    Output {
-        code,
-        stdout: String::from_utf8(out).unwrap(),
-        stderr: String::from_utf8(err).unwrap(),
-    }
 }
 
 #[test]

@@ -20,7 +20,7 @@ pub fn run(
 ) -> std::io::Result<i32> {
     let color = crate::cli::use_color(args.color, terminals.stdout);
     let err_color = crate::cli::use_color(args.color, terminals.stderr);
-    let Some(model) = crate::cli::load_model(&args.spec, stderr, err_color)? else {
+    let Some(model) = crate::cli::load_model(&args.spec, &args.overlays, stderr, err_color)? else {
         return Ok(EXIT_ERROR);
     };
     let mut settings = Settings {

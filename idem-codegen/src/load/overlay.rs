@@ -1,0 +1,463 @@
+//! OpenAPI Overlay 1.0: actions that change a document somebody else
+//! publishes, applied as it loads.
+//!
+//! An overlay is a list of actions. Each names a `target`, an RFC 9535
+//! JSONPath query evaluated against the document as the previous actions
+//! left it, and either an `update` to merge into every node it selects or
+//! `remove: true` to delete them. Targets are evaluated by `serde_json_path`
+//! on a JSON copy of the tree, kept in step with every change, and the
+//! normalized paths it returns lead back to the positioned nodes. Merged
+//! nodes keep the positions they have in the overlay file, so a finding that
+//! stems from an update points into the overlay, and one from the spec into
+//! the spec.
+//!
+//! Merging follows the specification: an update of a mapping replaces the
+//! properties it names and adds the others, recursively, so a nested mapping
+//! is merged rather than replaced; a nested sequence is extended; an update
+//! of a sequence appends one entry. A target that selects nothing is a
+//! warning, since the document it was written for has drifted.
+//!
+//! Overlays see the document as written: for Swagger 2.0, the 2.0 shape
+//! (`parameters` with `in: body`, `definitions`), before idem reads it into
+//! the 3.0 shape.
+
+use serde_json::Value as Json;
+use serde_json_path::{JsonPath, PathElement};
+
+use crate::source::{Pos, SourceMap};
+use crate::tree::{Key, Node, Value};
+
+use super::LoadError;
+
+/// Something an overlay did that is allowed but probably not meant, such as
+/// a target that no longer selects anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    pub pos: Pos,
+    pub message: String,
+}
+
+/// One step of a normalized path: a member name or an array index.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Step {
+    Name(String),
+    Index(usize),
+}
+
+/// Apply the overlay `overlay` (a parsed overlay file) to `document`, in
+/// the order its actions are written.
+pub(crate) fn apply(
+    document: &mut Node,
+    overlay: &Node,
+    sources: &SourceMap,
+) -> Result<Vec<Warning>, LoadError> {
+    let actions = read_overlay(overlay)?;
+    let mut json = to_json(document);
+    let mut warnings = Vec::new();
+    for action in actions {
+        let query = JsonPath::parse(action.target).map_err(|e| LoadError::Overlay {
+            message: format!(
+                "`{}` is not a valid JSONPath query (RFC 9535): {}",
+                action.target,
+                e.message()
+            ),
+            pos: text_pos(sources, action.target_node, e.position()),
+        })?;
+        let mut paths: Vec<Vec<Step>> = query
+            .query_located(&json)
+            .iter()
+            .map(|n| {
+                n.location()
+                    .iter()
+                    .map(|e| match e {
+                        PathElement::Name(name) => Step::Name((*name).to_owned()),
+                        PathElement::Index(i) => Step::Index(*i),
+                    })
+                    .collect()
+            })
+            .collect();
+        if paths.is_empty() {
+            warnings.push(Warning {
+                pos: action.target_node.pos,
+                message: format!(
+                    "overlay target `{}` selects nothing in the document; the action was not applied",
+                    action.target
+                ),
+            });
+            continue;
+        }
+        if action.remove {
+            if paths.iter().any(Vec::is_empty) {
+                return Err(LoadError::Overlay {
+                    message: "an overlay cannot remove the document's root".into(),
+                    pos: action.target_node.pos,
+                });
+            }
+            // Deepest and highest index first, so each removal leaves the
+            // paths still to be removed valid.
+            paths.sort();
+            paths.dedup();
+            for path in paths.iter().rev() {
+                remove(document, &mut json, path);
+            }
+        } else if let Some(update) = action.update {
+            for path in &paths {
+                update_at(document, &mut json, path, update, &action)?;
+            }
+        } else {
+            warnings.push(Warning {
+                pos: action.pos,
+                message: "this overlay action has neither an `update` nor `remove: true`; it changes nothing".into(),
+            });
+        }
+    }
+    Ok(warnings)
+}
+
+struct Action<'a> {
+    pos: Pos,
+    target: &'a str,
+    target_node: &'a Node,
+    update: Option<&'a Node>,
+    remove: bool,
+}
+
+fn overlay_error(message: impl Into<String>, pos: Pos) -> LoadError {
+    LoadError::Overlay {
+        message: message.into(),
+        pos,
+    }
+}
+
+/// Check the overlay's shape and list its actions.
+fn read_overlay(overlay: &Node) -> Result<Vec<Action<'_>>, LoadError> {
+    let Some(entries) = overlay.as_map() else {
+        return Err(overlay_error(
+            format!("an overlay is a mapping, not {}", overlay.kind()),
+            overlay.pos,
+        ));
+    };
+    let Some(version) = overlay.get("overlay") else {
+        return Err(overlay_error(
+            "not an overlay: it has no `overlay` field (write `overlay: 1.0.0`)",
+            overlay.pos,
+        ));
+    };
+    let text = version.scalar_text().unwrap_or_default();
+    let mut parts = text.split('.');
+    let is_1_0 = parts.next() == Some("1")
+        && parts.next() == Some("0")
+        && parts
+            .next()
+            .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        && parts.next().is_none();
+    if !is_1_0 {
+        return Err(overlay_error(
+            format!(
+                "unsupported overlay version `{text}`: idem applies Overlay 1.0 (`overlay: 1.0.0`)"
+            ),
+            version.pos,
+        ));
+    }
+    for (key, _) in entries {
+        if !matches!(
+            key.name.as_str(),
+            "overlay" | "info" | "extends" | "actions"
+        ) && !key.name.starts_with("x-")
+        {
+            return Err(overlay_error(
+                format!(
+                    "unknown overlay field `{}` (an overlay has `overlay`, `info`, `extends`, `actions` and `x-` extensions)",
+                    key.name
+                ),
+                key.pos,
+            ));
+        }
+    }
+    match overlay.get("info") {
+        None => {
+            return Err(overlay_error(
+                "an overlay needs `info` with a `title` and a `version`",
+                overlay.pos,
+            ));
+        }
+        Some(info) => {
+            for field in ["title", "version"] {
+                if info.get(field).and_then(Node::scalar_text).is_none() {
+                    return Err(overlay_error(
+                        format!("the overlay's `info` needs a `{field}`"),
+                        info.pos,
+                    ));
+                }
+            }
+        }
+    }
+    let Some(list) = overlay.get("actions") else {
+        return Err(overlay_error(
+            "an overlay needs `actions`, a list of at least one action",
+            overlay.pos,
+        ));
+    };
+    let Some(items) = list.as_seq().filter(|items| !items.is_empty()) else {
+        return Err(overlay_error(
+            format!(
+                "`actions` is a list of at least one action, not {}",
+                if list.as_seq().is_some() {
+                    "an empty list"
+                } else {
+                    list.kind()
+                }
+            ),
+            list.pos,
+        ));
+    };
+    items.iter().map(read_action).collect()
+}
+
+fn read_action(node: &Node) -> Result<Action<'_>, LoadError> {
+    let Some(entries) = node.as_map() else {
+        return Err(overlay_error(
+            format!("an overlay action is a mapping, not {}", node.kind()),
+            node.pos,
+        ));
+    };
+    for (key, _) in entries {
+        if !matches!(
+            key.name.as_str(),
+            "target" | "description" | "update" | "remove"
+        ) && !key.name.starts_with("x-")
+        {
+            return Err(overlay_error(
+                format!(
+                    "unknown action field `{}` (an action has `target`, `description`, `update`, `remove` and `x-` extensions)",
+                    key.name
+                ),
+                key.pos,
+            ));
+        }
+    }
+    let Some(target_node) = node.get("target") else {
+        return Err(overlay_error(
+            "an overlay action needs a `target` (a JSONPath query such as `$.paths.*.post`)",
+            node.pos,
+        ));
+    };
+    let Some(target) = target_node.as_str() else {
+        return Err(overlay_error(
+            format!(
+                "`target` is a JSONPath query string, not {}",
+                target_node.kind()
+            ),
+            target_node.pos,
+        ));
+    };
+    let remove = match node.get("remove") {
+        None => false,
+        Some(flag) => flag.as_bool().ok_or_else(|| {
+            overlay_error(
+                format!("`remove` is true or false, not {}", flag.kind()),
+                flag.pos,
+            )
+        })?,
+    };
+    Ok(Action {
+        pos: node.pos,
+        target,
+        target_node,
+        update: node.get("update"),
+        remove,
+    })
+}
+
+/// The position of character `offset` of a one-line string written at
+/// `node` (past its opening quote, when it has one).
+fn text_pos(sources: &SourceMap, node: &Node, offset: usize) -> Pos {
+    let quoted = sources
+        .get(node.pos.file)
+        .and_then(|f| f.line(node.pos.line))
+        .and_then(|line| line.chars().nth(node.pos.column.saturating_sub(1) as usize))
+        .is_some_and(|c| c == '"' || c == '\'');
+    let shift = u32::try_from(offset).unwrap_or(0) + u32::from(quoted);
+    Pos {
+        column: node.pos.column.saturating_add(shift),
+        ..node.pos
+    }
+}
+
+fn update_at(
+    document: &mut Node,
+    json: &mut Json,
+    path: &[Step],
+    update: &Node,
+    action: &Action<'_>,
+) -> Result<(), LoadError> {
+    let (Some(node), Some(value)) = (node_at(document, path), json_at(json, path)) else {
+        return Ok(());
+    };
+    match &node.value {
+        Value::Map(_) => {
+            if update.as_map().is_none() {
+                return Err(overlay_error(
+                    format!(
+                        "target `{}` selects a mapping (at {}), so its `update` must be a mapping, not {}",
+                        action.target,
+                        shown(path),
+                        update.kind()
+                    ),
+                    update.pos,
+                ));
+            }
+            merge(node, update);
+            merge_json(value, &to_json(update));
+        }
+        Value::Seq(_) => {
+            if let Value::Seq(items) = &mut node.value {
+                items.push(update.clone());
+            }
+            if let Json::Array(values) = value {
+                values.push(to_json(update));
+            }
+        }
+        _ => {
+            return Err(overlay_error(
+                format!(
+                    "target `{}` selects {} (at {}); Overlay 1.0 updates mappings and sequences only, so select its parent and update the field",
+                    action.target,
+                    node.kind(),
+                    shown(path)
+                ),
+                action.target_node.pos,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A normalized path as RFC 9535 writes it: `$['paths']['/a']['post']`.
+fn shown(path: &[Step]) -> String {
+    let mut out = String::from("$");
+    for step in path {
+        match step {
+            Step::Name(name) => {
+                out.push_str("['");
+                out.push_str(&name.replace('\\', "\\\\").replace('\'', "\\'"));
+                out.push_str("']");
+            }
+            Step::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// Merge mapping `update` into mapping `node`: mappings merge, sequences
+/// extend, anything else replaces.
+fn merge(node: &mut Node, update: &Node) {
+    let (Value::Map(entries), Some(updates)) = (&mut node.value, update.as_map()) else {
+        return;
+    };
+    for (key, new) in updates {
+        match entries.iter_mut().find(|(k, _)| k.name == key.name) {
+            Some((_, old)) => match (&mut old.value, &new.value) {
+                (Value::Map(_), Value::Map(_)) => merge(old, new),
+                (Value::Seq(items), Value::Seq(more)) => items.extend(more.iter().cloned()),
+                _ => *old = new.clone(),
+            },
+            None => entries.push((
+                Key {
+                    name: key.name.clone(),
+                    pos: key.pos,
+                },
+                new.clone(),
+            )),
+        }
+    }
+}
+
+fn merge_json(value: &mut Json, update: &Json) {
+    let (Json::Object(members), Json::Object(updates)) = (value, update) else {
+        return;
+    };
+    for (name, new) in updates {
+        match members.get_mut(name) {
+            Some(old) => match (old, new) {
+                (old @ Json::Object(_), Json::Object(_)) => merge_json(old, new),
+                (Json::Array(items), Json::Array(more)) => items.extend(more.iter().cloned()),
+                (old, _) => *old = new.clone(),
+            },
+            None => {
+                members.insert(name.clone(), new.clone());
+            }
+        }
+    }
+}
+
+fn remove(document: &mut Node, json: &mut Json, path: &[Step]) {
+    let Some((last, parent)) = path.split_last() else {
+        return;
+    };
+    if let Some(node) = node_at(document, parent) {
+        match (&mut node.value, last) {
+            (Value::Map(entries), Step::Name(name)) => entries.retain(|(k, _)| &k.name != name),
+            (Value::Seq(items), Step::Index(i)) if *i < items.len() => {
+                items.remove(*i);
+            }
+            _ => {}
+        }
+    }
+    if let Some(value) = json_at(json, parent) {
+        match (value, last) {
+            (Json::Object(members), Step::Name(name)) => {
+                members.remove(name);
+            }
+            (Json::Array(items), Step::Index(i)) if *i < items.len() => {
+                items.remove(*i);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn node_at<'a>(mut node: &'a mut Node, path: &[Step]) -> Option<&'a mut Node> {
+    for step in path {
+        node = match (&mut node.value, step) {
+            (Value::Map(entries), Step::Name(name)) => entries
+                .iter_mut()
+                .find(|(k, _)| &k.name == name)
+                .map(|(_, v)| v)?,
+            (Value::Seq(items), Step::Index(i)) => items.get_mut(*i)?,
+            _ => return None,
+        };
+    }
+    Some(node)
+}
+
+fn json_at<'a>(mut value: &'a mut Json, path: &[Step]) -> Option<&'a mut Json> {
+    for step in path {
+        value = match (value, step) {
+            (Json::Object(members), Step::Name(name)) => members.get_mut(name)?,
+            (Json::Array(items), Step::Index(i)) => items.get_mut(*i)?,
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
+/// The JSON a tree stands for. Numbers serde_json cannot hold as written
+/// (YAML's `0x1F`, `.inf`) become strings.
+fn to_json(node: &Node) -> Json {
+    match &node.value {
+        Value::Null => Json::Null,
+        Value::Bool(b) => Json::Bool(*b),
+        Value::Number(text) => text
+            .parse::<serde_json::Number>()
+            .map_or_else(|_| Json::String(text.clone()), Json::Number),
+        Value::String(s) => Json::String(s.clone()),
+        Value::Seq(items) => Json::Array(items.iter().map(to_json).collect()),
+        Value::Map(entries) => Json::Object(
+            entries
+                .iter()
+                .map(|(k, v)| (k.name.clone(), to_json(v)))
+                .collect(),
+        ),
+    }
+}
