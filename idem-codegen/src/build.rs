@@ -25,7 +25,7 @@ mod audit;
 
 use crate::generate::{self, Options};
 use crate::write::write_if_changed;
-pub use audit::{AuditError, audit, location_message};
+pub use audit::{AuditError, audit, location_message, warning_message};
 use audit::{load_model, print_findings};
 
 /// Why a build-time generation failed.
@@ -64,6 +64,7 @@ pub struct Config {
     out_dir: Option<PathBuf>,
     file_name: String,
     allow_findings: bool,
+    overlays: Vec<PathBuf>,
 }
 
 impl Default for Config {
@@ -75,6 +76,7 @@ impl Default for Config {
             out_dir: None,
             file_name: "idem_api".to_owned(),
             allow_findings: false,
+            overlays: Vec::new(),
         }
     }
 }
@@ -154,11 +156,26 @@ impl Config {
         self
     }
 
+    /// Applies an OpenAPI Overlay 1.0 file to the spec as it loads, after
+    /// any added before it; the path is relative to the manifest directory,
+    /// like the spec's. Cargo re-runs the build script when it changes. Use
+    /// it for a spec you do not own, such as one that says nothing of the
+    /// keys its API accepts.
+    ///
+    /// ```
+    /// let mut config = idem_codegen::build::Config::new();
+    /// config.overlay("stripe.overlay.yaml");
+    /// ```
+    pub fn overlay(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.overlays.push(path.into());
+        self
+    }
+
     /// Audits and generates `spec` (relative to the crate's manifest
     /// directory, as build scripts run there).
     pub fn compile(&self, spec: impl AsRef<Path>) -> Result<(), BuildError> {
         let spec = spec.as_ref();
-        let model = load_model(spec).map_err(BuildError::Load)?;
+        let model = load_model(spec, &self.overlays).map_err(BuildError::Load)?;
         let errors = print_findings(&model);
         if errors > 0 && !self.allow_findings {
             return Err(BuildError::Findings {

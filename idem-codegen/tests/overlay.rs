@@ -412,3 +412,27 @@ fn generate_and_docs_take_overlays_too() {
     assert!(page.contains("/v2/refunds"));
     assert!(!page.contains("/v2/orders/{id}/notes"));
 }
+
+#[test]
+fn build_config_applies_overlays() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = idem_codegen::build::Config::new()
+        .out_dir(dir.path())
+        .compile("../fixtures/cratebase.yaml");
+    assert!(
+        matches!(
+            refused,
+            Err(idem_codegen::build::BuildError::Findings { errors: 3, .. })
+        ),
+        "{refused:?}"
+    );
+    idem_codegen::build::Config::new()
+        .out_dir(dir.path())
+        .overlay("../fixtures/overlays/cratebase.yaml")
+        .overlay("../fixtures/overlays/drift.yaml")
+        .compile("../fixtures/cratebase.yaml")
+        .unwrap();
+    let code = std::fs::read_to_string(dir.path().join("idem_api.rs")).unwrap();
+    assert!(code.contains("POST /v2/refunds"));
+    assert!(!code.contains("/v2/orders/{id}/notes"));
+}

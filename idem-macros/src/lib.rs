@@ -15,28 +15,117 @@
 //! // POST /v2/refunds accepts no key and carries no warning.
 //! idem_macros::audited!("../fixtures/cratebase.yaml");
 //! ```
+//!
+//! Every macro takes the spec's path, then any number of
+//! `overlay = "file.yaml"`: OpenAPI Overlay 1.0 files applied in order as
+//! the spec loads, for a spec you do not own. An overlay target that selects
+//! nothing is reported as a deprecation warning naming its position.
+//!
+//! ```
+//! // The overlay gives POST /v2/refunds a key.
+//! idem_macros::audited!(
+//!     "../fixtures/cratebase.yaml",
+//!     overlay = "../fixtures/overlays/cratebase.yaml",
+//! );
+//! ```
+//!
+//! ```compile_fail
+//! #![deny(deprecated)]
+//! // The overlay's only target selects nothing: a warning, denied here.
+//! idem_macros::audited!(
+//!     "../fixtures/payments-clean.yaml",
+//!     overlay = "../fixtures/overlays/drift.yaml",
+//! );
+//! ```
+//!
+//! ```
+//! // The same, with the warning allowed, compiles.
+//! idem_macros::audited!(
+//!     "../fixtures/payments-clean.yaml",
+//!     overlay = "../fixtures/overlays/drift.yaml",
+//! );
+//! ```
 
 use std::path::PathBuf;
 
 use proc_macro::TokenStream;
 use quote::quote;
-use syn::{LitStr, parse_macro_input};
+use syn::parse::{Parse, ParseStream};
+use syn::{LitStr, Token, parse_macro_input};
+
+/// A macro's arguments: the spec, then `overlay = "…"` any number of times.
+struct Args {
+    spec: LitStr,
+    overlays: Vec<LitStr>,
+}
+
+impl Parse for Args {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let spec: LitStr = input.parse()?;
+        let mut overlays = Vec::new();
+        while !input.is_empty() {
+            input.parse::<Token![,]>()?;
+            if input.is_empty() {
+                break;
+            }
+            let name: syn::Ident = input.parse()?;
+            if name != "overlay" {
+                return Err(syn::Error::new(
+                    name.span(),
+                    format!("unknown argument `{name}`; expected `overlay = \"file.yaml\"`"),
+                ));
+            }
+            input.parse::<Token![=]>()?;
+            overlays.push(input.parse()?);
+        }
+        Ok(Args { spec, overlays })
+    }
+}
+
+impl Args {
+    /// The spec's and the overlays' paths, relative to the crate's manifest.
+    fn paths(&self) -> (PathBuf, Vec<PathBuf>) {
+        let root = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(PathBuf::new, PathBuf::from);
+        (
+            root.join(self.spec.value()),
+            self.overlays.iter().map(|o| root.join(o.value())).collect(),
+        )
+    }
+}
+
+/// Each load warning as a deprecation warning, the one kind a proc macro
+/// can raise on stable Rust.
+fn warnings(messages: &[String]) -> proc_macro2::TokenStream {
+    quote! {
+        #(
+            const _: () = {
+                #[deprecated(note = #messages)]
+                struct IdemOverlayWarning;
+                let _ = IdemOverlayWarning;
+            };
+        )*
+    }
+}
 
 /// Audit an OpenAPI document at compile time; the path is relative to the
 /// crate's `Cargo.toml`. Expands to a constant, `IDEM_AUDITED_SPEC`, holding
 /// the spec's bytes, which also makes Cargo rebuild when the file changes.
 #[proc_macro]
 pub fn audited(input: TokenStream) -> TokenStream {
-    let lit = parse_macro_input!(input as LitStr);
-    let root = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(PathBuf::new, PathBuf::from);
-    let path = root.join(lit.value());
-    match check(&path) {
-        Ok(()) => {
+    let args = parse_macro_input!(input as Args);
+    let lit = &args.spec;
+    let (path, overlays) = args.paths();
+    match audited_model(&path, &overlays) {
+        Ok((model, messages)) => {
             let shown = path.to_string_lossy().into_owned();
+            let files = loaded_files(&model);
+            let warnings = warnings(&messages);
             quote! {
                 #[doc = "The audited OpenAPI document; referenced so a change triggers a rebuild."]
                 #[allow(dead_code)]
                 const IDEM_AUDITED_SPEC: &[u8] = ::core::include_bytes!(#shown);
+                #(const _: &[u8] = ::core::include_bytes!(#files);)*
+                #warnings
             }
             .into()
         }
@@ -114,9 +203,9 @@ fn expand(
     options: idem_codegen::generate::Options,
     module: &str,
 ) -> TokenStream {
-    let lit = parse_macro_input!(input as LitStr);
-    let root = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(PathBuf::new, PathBuf::from);
-    let path = root.join(lit.value());
+    let args = parse_macro_input!(input as Args);
+    let lit = &args.spec;
+    let (path, overlays) = args.paths();
     let fail = |messages: Vec<String>| -> TokenStream {
         let mut errors = messages.into_iter().map(|m| syn::Error::new(lit.span(), m));
         let mut first = errors
@@ -127,8 +216,8 @@ fn expand(
         }
         first.to_compile_error().into()
     };
-    let model = match audited_model(&path) {
-        Ok(model) => model,
+    let (model, messages) = match audited_model(&path, &overlays) {
+        Ok(loaded) => loaded,
         Err(messages) => return fail(messages),
     };
     let generated = match idem_codegen::generate::generate(&model, &options) {
@@ -140,8 +229,20 @@ fn expand(
         Ok(items) => items,
         Err(e) => return fail(vec![format!("generated code does not tokenize: {e}")]),
     };
-    // Every file the spec loaded, referenced so a change recompiles.
-    let files: Vec<String> = (0..model.document.sources.len())
+    let files = loaded_files(&model);
+    let warnings = warnings(&messages);
+    quote! {
+        #items
+        #(const _: &[u8] = ::core::include_bytes!(#files);)*
+        #warnings
+    }
+    .into()
+}
+
+/// Every file the spec loaded (overlays included), to be referenced so a
+/// change recompiles.
+fn loaded_files(model: &idem_codegen::model::Model) -> Vec<String> {
+    (0..model.document.sources.len())
         .filter_map(|i| {
             let id = idem_codegen::source::FileId(u32::try_from(i).ok()?);
             model
@@ -150,24 +251,25 @@ fn expand(
                 .get(id)
                 .map(|f| f.path.to_string_lossy().into_owned())
         })
+        .collect()
+}
+
+/// The model of a spec with no error-severity finding, and the load's
+/// warnings; or every error (the load error, or each error-severity
+/// finding), one message each.
+fn audited_model(
+    path: &std::path::Path,
+    overlays: &[PathBuf],
+) -> Result<(idem_codegen::model::Model, Vec<String>), Vec<String>> {
+    use idem_codegen::build::{location_message, warning_message};
+    use idem_codegen::{audit, load::Document, model, tree::Limits};
+    let document = Document::load_overlaid(path, overlays, &Limits::default())
+        .map_err(|f| vec![location_message(&f.sources, &f.error)])?;
+    let messages: Vec<String> = document
+        .warnings
+        .iter()
+        .map(|w| warning_message(&document.sources, w))
         .collect();
-    quote! {
-        #items
-        #(const _: &[u8] = ::core::include_bytes!(#files);)*
-    }
-    .into()
-}
-
-/// Every error-severity finding (or the load error), one message each.
-fn check(path: &std::path::Path) -> Result<(), Vec<String>> {
-    audited_model(path).map(drop)
-}
-
-/// The model of a spec with no error-severity finding.
-fn audited_model(path: &std::path::Path) -> Result<idem_codegen::model::Model, Vec<String>> {
-    use idem_codegen::{audit, build::location_message, load::Document, model};
-    let document =
-        Document::load(path).map_err(|f| vec![location_message(&f.sources, &f.error)])?;
     let model = model::build(document, &audit::rule_names())
         .map_err(|f| vec![location_message(&f.sources, &f.error)])?;
     let report = audit::audit(&model);
@@ -194,7 +296,7 @@ fn audited_model(path: &std::path::Path) -> Result<idem_codegen::model::Model, V
         })
         .collect();
     if errors.is_empty() {
-        Ok(model)
+        Ok((model, messages))
     } else {
         Err(errors)
     }

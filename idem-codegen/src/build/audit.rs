@@ -8,7 +8,7 @@
 //! idem_codegen::build::audit("openapi.yaml").expect("openapi.yaml passes idem audit");
 //! ```
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::audit::{self, Severity};
 use crate::load::Document;
@@ -27,7 +27,7 @@ pub enum AuditError {
 /// build script when any error-severity finding remains.
 pub fn audit(spec: impl AsRef<Path>) -> Result<(), AuditError> {
     let spec = spec.as_ref();
-    let model = load_model(spec).map_err(AuditError::Load)?;
+    let model = load_model(spec, &[]).map_err(AuditError::Load)?;
     let errors = print_findings(&model);
     if errors > 0 {
         return Err(AuditError::Findings {
@@ -38,11 +38,19 @@ pub fn audit(spec: impl AsRef<Path>) -> Result<(), AuditError> {
     Ok(())
 }
 
-/// Loads and models `spec`, telling Cargo to re-run when any file it loads
-/// changes; the error is `file:line:column: message`.
-pub(crate) fn load_model(spec: &Path) -> Result<model::Model, String> {
+/// Loads and models `spec` with `overlays` applied, telling Cargo to re-run
+/// when any file it loads changes; the error is `file:line:column: message`,
+/// and each overlay warning a `cargo:warning=` line.
+pub(crate) fn load_model(spec: &Path, overlays: &[PathBuf]) -> Result<model::Model, String> {
     println!("cargo:rerun-if-changed={}", spec.display());
-    let document = Document::load(spec).map_err(|f| location_message(&f.sources, &f.error))?;
+    for overlay in overlays {
+        println!("cargo:rerun-if-changed={}", overlay.display());
+    }
+    let document = Document::load_overlaid(spec, overlays, &crate::tree::Limits::default())
+        .map_err(|f| location_message(&f.sources, &f.error))?;
+    for w in &document.warnings {
+        println!("cargo:warning={}", warning_message(&document.sources, w));
+    }
     for file in 0..document.sources.len() {
         let id = crate::source::FileId(u32::try_from(file).unwrap_or(u32::MAX));
         if let Some(f) = document.sources.get(id) {
@@ -73,6 +81,20 @@ pub(crate) fn print_findings(model: &model::Model) -> usize {
         .iter()
         .filter(|d| d.severity == Severity::Error)
         .count()
+}
+
+/// `file:line:column: warning: message` for a load warning.
+pub fn warning_message(
+    sources: &crate::source::SourceMap,
+    warning: &crate::load::Warning,
+) -> String {
+    format!(
+        "{}:{}:{}: warning: {}",
+        sources.display(warning.pos.file),
+        warning.pos.line,
+        warning.pos.column,
+        warning.message
+    )
 }
 
 /// `file:line:column: message` for a load error.
