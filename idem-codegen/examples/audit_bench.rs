@@ -15,7 +15,10 @@
 //!   can do;
 //! - `audit`: `idem audit --format json FILE`, end to end (load, `$ref`s,
 //!   model, every rule, JSON rendered and written), through the same
-//!   `cli::run` the `idem` binary calls.
+//!   `cli::run` the `idem` binary calls;
+//! - `overlay` (Stripe only): the same with `--overlay
+//!   examples/overlays/stripe.yaml`, which keys every POST: what applying
+//!   an overlay adds to the audit's time.
 //!
 //! Defaults: 11 runs over the Stripe and GitHub documents of `../shared/specs`.
 
@@ -26,6 +29,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// The example overlay measured with `file`, if there is one for it.
+fn overlay_for(file: &Path) -> Option<PathBuf> {
+    (file.file_name()? == "spec3.yaml")
+        .then(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/overlays/stripe.yaml"))
+}
+
 fn child(mode: &str, file: &Path) -> i32 {
     let code = match mode {
         "floor" => {
@@ -35,15 +44,20 @@ fn child(mode: &str, file: &Path) -> i32 {
             std::hint::black_box(&docs);
             0
         }
-        "audit" => {
+        "audit" | "overlay" => {
             let mut sink = std::io::sink();
-            let args = [
-                "idem",
-                "audit",
-                "--format",
-                "json",
-                file.to_str().expect("utf-8 path"),
+            let mut args = vec![
+                "idem".to_owned(),
+                "audit".to_owned(),
+                "--format".to_owned(),
+                "json".to_owned(),
+                file.to_str().expect("utf-8 path").to_owned(),
             ];
+            if mode == "overlay" {
+                let overlay = overlay_for(file).expect("an overlay for this file");
+                args.push("--overlay".to_owned());
+                args.push(overlay.to_str().expect("utf-8 path").to_owned());
+            }
             idem_codegen::cli::run(
                 args,
                 &mut std::io::BufWriter::new(&mut sink),
@@ -101,8 +115,16 @@ fn main() {
     let exe = std::env::current_exe().expect("own path");
     println!("{runs} runs per cell; median wall time, median peak RSS\n");
     println!(
-        "{:<28} {:>9} {:>11} {:>9} {:>11} {:>7} {:>7}",
-        "file", "floor", "floor RSS", "audit", "audit RSS", "time ×", "RSS ×"
+        "{:<28} {:>9} {:>11} {:>9} {:>11} {:>7} {:>7} {:>9} {:>8}",
+        "file",
+        "floor",
+        "floor RSS",
+        "audit",
+        "audit RSS",
+        "time ×",
+        "RSS ×",
+        "+overlay",
+        "overlay ×"
     );
     for file in &files {
         if !file.exists() {
@@ -111,11 +133,21 @@ fn main() {
         }
         let (ft, fm) = measure(&exe, "floor", file, runs);
         let (at, am) = measure(&exe, "audit", file, runs);
+        let overlaid = overlay_for(file).map(|_| measure(&exe, "overlay", file, runs).0);
         let name = file
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let (with_overlay, ratio) = overlaid.map_or_else(
+            || ("-".to_owned(), "-".to_owned()),
+            |ot| {
+                (
+                    format!("{:.0}ms", ot.as_secs_f64() * 1e3),
+                    format!("{:.3}", ot.as_secs_f64() / at.as_secs_f64()),
+                )
+            },
+        );
         println!(
-            "{:<28} {:>7.0}ms {:>8.1} MB {:>7.0}ms {:>8.1} MB {:>7.2} {:>7.2}",
+            "{:<28} {:>7.0}ms {:>8.1} MB {:>7.0}ms {:>8.1} MB {:>7.2} {:>7.2} {:>9} {:>8}",
             name,
             ft.as_secs_f64() * 1e3,
             fm as f64 / 1024.0,
@@ -123,6 +155,8 @@ fn main() {
             am as f64 / 1024.0,
             at.as_secs_f64() / ft.as_secs_f64(),
             am as f64 / fm.max(1) as f64,
+            with_overlay,
+            ratio,
         );
     }
 }

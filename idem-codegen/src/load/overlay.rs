@@ -5,8 +5,12 @@
 //! JSONPath query evaluated against the document as the previous actions
 //! left it, and either an `update` to merge into every node it selects or
 //! `remove: true` to delete them. Targets are evaluated by `serde_json_path`
-//! on a JSON copy of the tree, kept in step with every change, and the
-//! normalized paths it returns lead back to the positioned nodes. Merged
+//! on a JSON copy of the tree, and the normalized paths it returns lead back
+//! to the positioned nodes. The copy holds only what the query can look at:
+//! along a leading run of name, index and wildcard selectors it keeps the
+//! members those select, and below it, where filters and the like begin,
+//! everything; a query that refers to the root again (`$` inside a filter)
+//! gets the whole document. Merged
 //! nodes keep the positions they have in the overlay file, so a finding that
 //! stems from an update points into the overlay, and one from the spec into
 //! the spec.
@@ -52,7 +56,6 @@ pub(crate) fn apply(
     sources: &SourceMap,
 ) -> Result<Vec<Warning>, LoadError> {
     let actions = read_overlay(overlay)?;
-    let mut json = to_json(document);
     let mut warnings = Vec::new();
     for action in actions {
         let query = JsonPath::parse(action.target).map_err(|e| LoadError::Overlay {
@@ -63,6 +66,10 @@ pub(crate) fn apply(
             ),
             pos: text_pos(sources, action.target_node, e.position()),
         })?;
+        let json = match leading(action.target) {
+            Some((lead, complete)) => project(document, &lead, complete),
+            None => to_json(document),
+        };
         let mut paths: Vec<Vec<Step>> = query
             .query_located(&json)
             .iter()
@@ -98,11 +105,11 @@ pub(crate) fn apply(
             paths.sort();
             paths.dedup();
             for path in paths.iter().rev() {
-                remove(document, &mut json, path);
+                remove(document, path);
             }
         } else if let Some(update) = action.update {
             for path in &paths {
-                update_at(document, &mut json, path, update, &action)?;
+                update_at(document, path, update, &action)?;
             }
         } else {
             warnings.push(Warning {
@@ -286,12 +293,11 @@ fn text_pos(sources: &SourceMap, node: &Node, offset: usize) -> Pos {
 
 fn update_at(
     document: &mut Node,
-    json: &mut Json,
     path: &[Step],
     update: &Node,
     action: &Action<'_>,
 ) -> Result<(), LoadError> {
-    let (Some(node), Some(value)) = (node_at(document, path), json_at(json, path)) else {
+    let Some(node) = node_at(document, path) else {
         return Ok(());
     };
     match &node.value {
@@ -308,14 +314,10 @@ fn update_at(
                 ));
             }
             merge(node, update);
-            merge_json(value, &to_json(update));
         }
         Value::Seq(_) => {
             if let Value::Seq(items) = &mut node.value {
                 items.push(update.clone());
-            }
-            if let Json::Array(values) = value {
-                values.push(to_json(update));
             }
         }
         _ => {
@@ -373,25 +375,7 @@ fn merge(node: &mut Node, update: &Node) {
     }
 }
 
-fn merge_json(value: &mut Json, update: &Json) {
-    let (Json::Object(members), Json::Object(updates)) = (value, update) else {
-        return;
-    };
-    for (name, new) in updates {
-        match members.get_mut(name) {
-            Some(old) => match (old, new) {
-                (old @ Json::Object(_), Json::Object(_)) => merge_json(old, new),
-                (Json::Array(items), Json::Array(more)) => items.extend(more.iter().cloned()),
-                (old, _) => *old = new.clone(),
-            },
-            None => {
-                members.insert(name.clone(), new.clone());
-            }
-        }
-    }
-}
-
-fn remove(document: &mut Node, json: &mut Json, path: &[Step]) {
+fn remove(document: &mut Node, path: &[Step]) {
     let Some((last, parent)) = path.split_last() else {
         return;
     };
@@ -399,17 +383,6 @@ fn remove(document: &mut Node, json: &mut Json, path: &[Step]) {
         match (&mut node.value, last) {
             (Value::Map(entries), Step::Name(name)) => entries.retain(|(k, _)| &k.name != name),
             (Value::Seq(items), Step::Index(i)) if *i < items.len() => {
-                items.remove(*i);
-            }
-            _ => {}
-        }
-    }
-    if let Some(value) = json_at(json, parent) {
-        match (value, last) {
-            (Json::Object(members), Step::Name(name)) => {
-                members.remove(name);
-            }
-            (Json::Array(items), Step::Index(i)) if *i < items.len() => {
                 items.remove(*i);
             }
             _ => {}
@@ -431,17 +404,6 @@ fn node_at<'a>(mut node: &'a mut Node, path: &[Step]) -> Option<&'a mut Node> {
     Some(node)
 }
 
-fn json_at<'a>(mut value: &'a mut Json, path: &[Step]) -> Option<&'a mut Json> {
-    for step in path {
-        value = match (value, step) {
-            (Json::Object(members), Step::Name(name)) => members.get_mut(name)?,
-            (Json::Array(items), Step::Index(i)) => items.get_mut(*i)?,
-            _ => return None,
-        };
-    }
-    Some(value)
-}
-
 /// The JSON a tree stands for. Numbers serde_json cannot hold as written
 /// (YAML's `0x1F`, `.inf`) become strings.
 fn to_json(node: &Node) -> Json {
@@ -459,5 +421,161 @@ fn to_json(node: &Node) -> Json {
                 .map(|(k, v)| (k.name.clone(), to_json(v)))
                 .collect(),
         ),
+    }
+}
+
+/// A leading selector of a query: a member name, or any child (a wildcard,
+/// or an index, for which every element is kept so indices stay true).
+#[derive(Debug, PartialEq, Eq)]
+enum Lead {
+    Name(String),
+    Any,
+}
+
+/// The run of name, index and wildcard selectors a query starts with, and
+/// whether that run is the whole query; `None` when the query refers to
+/// the root again, so the whole document must be at hand. What is not
+/// recognised here ends the run; it is never guessed at, as everything
+/// below the run is kept whole.
+fn leading(target: &str) -> Option<(Vec<Lead>, bool)> {
+    let mut rest = target.strip_prefix('$')?;
+    if rest.contains('$') {
+        return None;
+    }
+    let mut lead = Vec::new();
+    loop {
+        if rest.is_empty() {
+            return Some((lead, true));
+        }
+        if let Some(r) = rest.strip_prefix(".*").or_else(|| rest.strip_prefix("[*]")) {
+            lead.push(Lead::Any);
+            rest = r;
+        } else if rest.starts_with("..") {
+            break;
+        } else if let Some(r) = rest.strip_prefix('.') {
+            // RFC 9535 member-name-shorthand, ASCII only: a name that goes
+            // on in non-ASCII characters ends the run instead.
+            let end = r
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(r.len());
+            let (name, after) = r.split_at(end);
+            let starts_well = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+            if !starts_well || after.starts_with(|c: char| !c.is_ascii()) {
+                break;
+            }
+            lead.push(Lead::Name(name.to_owned()));
+            rest = after;
+        } else if let Some((name, after)) = bracketed_name(rest) {
+            lead.push(Lead::Name(name.to_owned()));
+            rest = after;
+        } else if let Some(after) = bracketed_index(rest) {
+            lead.push(Lead::Any);
+            rest = after;
+        } else {
+            break;
+        }
+    }
+    Some((lead, false))
+}
+
+/// `['name']` or `["name"]` with no escapes, and what follows it.
+fn bracketed_name(text: &str) -> Option<(&str, &str)> {
+    let quote = text
+        .strip_prefix('[')?
+        .chars()
+        .next()
+        .filter(|c| *c == '\'' || *c == '"')?;
+    let inner = &text[2..];
+    let end = inner.find(quote)?;
+    let name = &inner[..end];
+    let after = inner[end + 1..].strip_prefix(']')?;
+    (!name.contains('\\')).then_some((name, after))
+}
+
+/// `[N]` with N a non-negative index, and what follows it.
+fn bracketed_index(text: &str) -> Option<&str> {
+    let inner = text.strip_prefix('[')?;
+    let end = inner.find(']')?;
+    let digits = &inner[..end];
+    let valid = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    valid.then(|| &inner[end + 1..])
+}
+
+/// The JSON copy of `node` a query with leading run `lead` needs: the
+/// members the run selects, and below the run, everything (or, when the run
+/// is the whole query, nothing: only where the selected nodes are matters).
+fn project(node: &Node, lead: &[Lead], complete: bool) -> Json {
+    let Some((first, rest)) = lead.split_first() else {
+        return if complete { Json::Null } else { to_json(node) };
+    };
+    match (&node.value, first) {
+        (Value::Map(entries), _) => Json::Object(
+            entries
+                .iter()
+                .filter(|(k, _)| match first {
+                    Lead::Name(name) => &k.name == name,
+                    Lead::Any => true,
+                })
+                .map(|(k, v)| (k.name.clone(), project(v, rest, complete)))
+                .collect(),
+        ),
+        (Value::Seq(items), Lead::Any) => {
+            Json::Array(items.iter().map(|v| project(v, rest, complete)).collect())
+        }
+        // A name selects nothing in a sequence, nor anything in a scalar.
+        _ => Json::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(lead: &[Lead]) -> Vec<String> {
+        lead.iter()
+            .map(|l| match l {
+                Lead::Name(n) => n.clone(),
+                Lead::Any => "*".to_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn leading_runs() {
+        let run = |t: &str| leading(t).map(|(lead, complete)| (names(&lead), complete));
+        assert_eq!(run("$"), Some((vec![], true)));
+        assert_eq!(
+            run("$.paths.*.post"),
+            Some((vec!["paths".into(), "*".into(), "post".into()], true))
+        );
+        assert_eq!(
+            run("$.paths['/v1/a'][\"x-idempotency\"][0]"),
+            Some((
+                vec![
+                    "paths".into(),
+                    "/v1/a".into(),
+                    "x-idempotency".into(),
+                    "*".into()
+                ],
+                true
+            ))
+        );
+        // Filters, descendants, unions, slices, escapes and non-ASCII
+        // names end the run; the rest is evaluated on whole subtrees.
+        assert_eq!(
+            run("$.paths[?@.get].post"),
+            Some((vec!["paths".into()], false))
+        );
+        assert_eq!(run("$..post"), Some((vec![], false)));
+        assert_eq!(run("$.a['b','c']"), Some((vec!["a".into()], false)));
+        assert_eq!(run("$.a[0:2]"), Some((vec!["a".into()], false)));
+        assert_eq!(run("$.a[-1]"), Some((vec!["a".into()], false)));
+        assert_eq!(run("$.a['it\\'s']"), Some((vec!["a".into()], false)));
+        assert_eq!(run("$.na\u{ef}ve"), Some((vec![], false)));
+        assert_eq!(run("$.a .b"), Some((vec!["a".into()], false)));
+        // The root again: the whole document.
+        assert_eq!(run("$.paths[?@.x == $.info.version]"), None);
     }
 }
