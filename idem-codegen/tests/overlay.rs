@@ -436,3 +436,32 @@ fn build_config_applies_overlays() {
     assert!(code.contains("POST /v2/refunds"));
     assert!(!code.contains("/v2/orders/{id}/notes"));
 }
+
+#[test]
+fn probe_plans_the_overlaid_document() {
+    let args = |overlay: bool| {
+        let mut args = vec![
+            "probe",
+            "../fixtures/cratebase.yaml",
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--dry-run",
+        ];
+        if overlay {
+            args.extend(["--overlay", "../fixtures/overlays/cratebase.yaml"]);
+        }
+        idem(&args)
+    };
+    let plain = args(false);
+    assert!(!plain.stdout.contains("createRefund (POST /v2/refunds)"));
+    let overlaid = args(true);
+    assert_eq!(overlaid.code, EXIT_CLEAN, "{}", overlaid.stderr);
+    // The overlay gave refunds a key: the probe now checks it.
+    assert!(
+        overlaid
+            .stdout
+            .contains("createRefund (POST /v2/refunds): 46 requests"),
+        "{}",
+        overlaid.stdout
+    );
+}
