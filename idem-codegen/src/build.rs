@@ -47,6 +47,8 @@ pub enum BuildError {
     },
     #[error(transparent)]
     Generate(#[from] generate::GenerateError),
+    #[error(transparent)]
+    Select(#[from] crate::model::SelectError),
 }
 
 /// Generates the client for `spec` into `OUT_DIR/idem_api.rs`, with the
@@ -65,6 +67,7 @@ pub struct Config {
     file_name: String,
     allow_findings: bool,
     overlays: Vec<PathBuf>,
+    only: crate::model::Selection,
 }
 
 impl Default for Config {
@@ -77,6 +80,7 @@ impl Default for Config {
             file_name: "idem_api".to_owned(),
             allow_findings: false,
             overlays: Vec::new(),
+            only: crate::model::Selection::all(),
         }
     }
 }
@@ -171,11 +175,29 @@ impl Config {
         self
     }
 
+    /// Generates only the operations `selection` chooses (by tag,
+    /// operationId or path prefix), and only the schemas they reach; calls
+    /// add up. The audit still covers the whole spec. An entry the spec
+    /// does not have fails the build, with the closest name it does have.
+    ///
+    /// ```
+    /// use idem_codegen::model::Selection;
+    /// let mut config = idem_codegen::build::Config::new();
+    /// config
+    ///     .only(Selection::tags(["charges", "customers"]))
+    ///     .only(Selection::operations(["createRefund", "/v1/products"]));
+    /// ```
+    pub fn only(&mut self, selection: crate::model::Selection) -> &mut Self {
+        let current = std::mem::take(&mut self.only);
+        self.only = current.and(selection);
+        self
+    }
+
     /// Audits and generates `spec` (relative to the crate's manifest
     /// directory, as build scripts run there).
     pub fn compile(&self, spec: impl AsRef<Path>) -> Result<(), BuildError> {
         let spec = spec.as_ref();
-        let model = load_model(spec, &self.overlays).map_err(BuildError::Load)?;
+        let mut model = load_model(spec, &self.overlays).map_err(BuildError::Load)?;
         let errors = print_findings(&model);
         if errors > 0 && !self.allow_findings {
             return Err(BuildError::Findings {
@@ -183,6 +205,7 @@ impl Config {
                 errors,
             });
         }
+        self.only.narrow(&mut model)?;
         if let Some(dir) = &self.docs_dir {
             let pages = crate::docs::render(&model).map_err(|e| BuildError::Load(e.to_string()))?;
             for (name, text) in pages.files() {

@@ -127,6 +127,15 @@ pub struct GenerateArgs {
     /// Depend on a local `idem-runtime` at PATH instead of the published one.
     #[arg(long, value_name = "PATH")]
     pub runtime_path: Option<PathBuf>,
+    /// Generate only the operations with these tags (comma-separated or
+    /// repeated); with `--operations`, those either chooses. The audit still
+    /// covers the whole spec.
+    #[arg(long = "tags", value_name = "TAG", value_delimiter = ',')]
+    pub tags: Vec<String>,
+    /// Generate only these operations: operationIds, or path prefixes
+    /// starting with `/` (`/v1/charges` takes `/v1/charges/{id}` too).
+    #[arg(long = "operations", value_name = "ID|/PATH", value_delimiter = ',')]
+    pub operations: Vec<String>,
     /// Generate even when the audit reports errors.
     #[arg(long)]
     pub allow_findings: bool,
@@ -471,7 +480,7 @@ fn run_generate(
         args.docs || everything,
     );
     let started = std::time::Instant::now();
-    let model = match load_model(&args.spec, &args.overlays, stderr, err_color)? {
+    let mut model = match load_model(&args.spec, &args.overlays, stderr, err_color)? {
         Some(model) => model,
         None => return Ok(EXIT_ERROR),
     };
@@ -490,6 +499,14 @@ fn run_generate(
             )?;
             return Ok(EXIT_FINDINGS);
         }
+    }
+    let selection = crate::model::Selection {
+        tags: args.tags.clone(),
+        operations: args.operations.clone(),
+    };
+    if let Err(e) = selection.narrow(&mut model) {
+        writeln!(stderr, "error: {e}")?;
+        return Ok(EXIT_ERROR);
     }
     let mut files = Vec::new();
     let mut lines = 0;

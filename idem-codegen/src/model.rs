@@ -14,9 +14,11 @@ use crate::vocab::{
 
 mod build;
 pub mod schema;
+pub(crate) mod select;
 
 pub use build::build;
 pub use schema::{Kind, Schema, SchemaRef, Schemas};
+pub use select::{SelectError, Selection};
 
 /// HTTP methods an OpenAPI path item can hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -465,6 +467,9 @@ pub struct Model {
     /// `servers[*].url`, in order.
     pub servers: Vec<String>,
     pub description: Option<String>,
+    /// Whether [`Selection::narrow`] left only some operations: generation
+    /// then defines only the schemas those reach.
+    pub narrowed: bool,
 }
 
 impl Model {

@@ -628,3 +628,42 @@ fn the_cli_example_crate_is_what_idem_generate_writes() {
          --client --out examples/client-cli --name shop-client-cli --runtime-path idem-runtime`"
     );
 }
+
+#[test]
+fn generate_narrows_to_tags_and_operations() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("part");
+    let out = out.to_str().unwrap();
+    let spec = fixture("tagged.yaml");
+    let o = idem(&[
+        "generate", &spec, "--client", "--out", out, "--tags", "order",
+    ]);
+    assert_eq!(o.code, EXIT_ERROR);
+    assert!(
+        o.stderr
+            .contains("error: no tag `order` in the spec; did you mean `orders`?"),
+        "{}",
+        o.stderr
+    );
+    let o = idem(&[
+        "generate",
+        &spec,
+        "--client",
+        "--out",
+        out,
+        "--tags",
+        "catalog",
+        "--operations",
+        "getCustomer,/orders/{order_id}",
+    ]);
+    assert_eq!(o.code, EXIT_CLEAN, "{}", o.stderr);
+    assert!(o.stdout.contains(": 3 operations,"), "{}", o.stdout);
+    let code = std::fs::read_to_string(Path::new(out).join("src/lib.rs")).unwrap();
+    assert!(code.contains("pub struct Product"));
+    assert!(code.contains("pub struct Customer"));
+    assert!(
+        !code.contains("pub struct NewOrder"),
+        "createOrder was not chosen"
+    );
+    assert!(!code.contains("pub struct Unused"));
+}

@@ -47,6 +47,72 @@ fn fixture_clients_match_their_snapshots() {
     }
 }
 
+/// Part of an API: the operations of one tag, and only the schemas they
+/// reach (`Customer`, `Product` and `Unused` are left out).
+#[test]
+fn a_tag_filter_prunes_what_is_generated() {
+    let mut model = model(Path::new("../fixtures/tagged.yaml"));
+    model::Selection::tags(["orders"])
+        .narrow(&mut model)
+        .unwrap();
+    let options = Options {
+        client: true,
+        server: true,
+    };
+    let code = crate_root(&generate(&model, &options).unwrap(), &model.title);
+    for absent in [
+        "struct Customer",
+        "struct Product",
+        "struct Unused",
+        "get_customer",
+    ] {
+        assert!(!code.contains(absent), "{absent}");
+    }
+    for present in [
+        "struct Order ",
+        "struct Money",
+        "enum OrderStatus",
+        "struct Problem",
+    ] {
+        assert!(code.contains(present), "{present}");
+    }
+    insta::assert_snapshot!("client_and_server__tagged_orders", code);
+
+    // A name the spec does not have is refused with the closest it has.
+    let mut model = self::model(Path::new("../fixtures/tagged.yaml"));
+    let error = model::Selection::tags(["order"])
+        .narrow(&mut model)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "no tag `order` in the spec; did you mean `orders`?"
+    );
+    let error = model::Selection::operations(["getCustomr", "/prodcts"])
+        .narrow(&mut model)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "no operation `getCustomr` in the spec; did you mean `getCustomer`?"
+    );
+    let error = model::Selection::operations(["/prodcts"])
+        .narrow(&mut model)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "no path starts with `/prodcts`; did you mean `/products`?"
+    );
+    // A path prefix and an operationId choose together.
+    model::Selection::operations(["/products", "getOrder"])
+        .narrow(&mut model)
+        .unwrap();
+    let ids: Vec<_> = model
+        .operations
+        .iter()
+        .filter_map(|op| op.operation_id.as_deref())
+        .collect();
+    assert_eq!(ids, ["getOrder", "listProducts"]);
+}
+
 #[test]
 fn fixture_servers_match_their_snapshots() {
     for name in [

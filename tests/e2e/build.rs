@@ -4,6 +4,7 @@
 //! generated code, and clippy on the workspace lints it.
 
 use idem_codegen::build::Config;
+use idem_codegen::model::Selection;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fixtures = "../../fixtures";
@@ -26,5 +27,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .allow_findings(allow_findings)
             .compile(format!("{fixtures}/{file}"))?;
     }
+    // Part of an API: the `orders` tag, and the schemas it reaches.
+    Config::new()
+        .server(true)
+        .file_name("tagged_orders")
+        .only(Selection::tags(["orders"]))
+        .compile(format!("{fixtures}/tagged.yaml"))?;
     Ok(())
 }

@@ -234,9 +234,15 @@ impl<'m> TypeSpace<'m> {
             in_requests: Vec::new(),
             server: false,
         };
-        // Named schemas claim their names before any inline type does.
+        // Named schemas claim their names before any inline type does: all
+        // of them for the whole API, those the operations reach for a part.
+        let reached = model
+            .narrowed
+            .then(|| crate::model::select::reached_schemas(model));
         for index in 0..model.schemas.named.len() {
-            space.named_def(SchemaRef(index));
+            if reached.as_ref().is_none_or(|r| r.get(index) == Some(&true)) {
+                space.named_def(SchemaRef(index));
+            }
         }
         space
     }

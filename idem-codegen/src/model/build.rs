@@ -41,6 +41,7 @@ pub fn build(document: Document, rule_names: &[&str]) -> Result<Model, Box<LoadF
             security: built.security,
             servers: built.servers,
             description: built.description,
+            narrowed: false,
             document,
         }),
         Err(error) => Err(Box::new(LoadFailure {

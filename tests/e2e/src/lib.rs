@@ -37,3 +37,9 @@ pub mod hostile {
 pub mod docs_hostile {
     idem_runtime::include_api!("docs_hostile");
 }
+
+/// `fixtures/tagged.yaml`, its `orders` tag only: the operations and the
+/// schemas they reach, nothing else.
+pub mod tagged_orders {
+    idem_runtime::include_api!("tagged_orders");
+}
