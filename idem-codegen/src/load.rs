@@ -118,7 +118,10 @@ impl Document {
     }
 
     /// Load `path`, then apply each OpenAPI Overlay in `overlays`, in order,
-    /// before anything else reads the document (see [`overlay`]).
+    /// before anything else reads the document: each action's JSONPath
+    /// `target` selects nodes, which its `update` is merged into or `remove`
+    /// deletes; merged nodes keep the overlay's positions, and a target that
+    /// selects nothing is a [`Warning`] in [`Document::warnings`].
     pub fn load_overlaid(
         path: &Path,
         overlays: &[PathBuf],

@@ -176,20 +176,6 @@ fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<
         .map(|(_, c)| c.to_owned())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefixes_match_whole_segments() {
-        assert!(under("/v1/charges", "/v1/charges"));
-        assert!(under("/v1/charges/{id}", "/v1/charges"));
-        assert!(under("/v1/charges/{id}", "/v1/charges/"));
-        assert!(!under("/v1/charges_search", "/v1/charges"));
-        assert!(under("/anything", "/"));
-    }
-}
-
 /// Which named schemas `model`'s operations reach: through parameters,
 /// request and response bodies and response headers, then through every
 /// reference, property, item, `oneOf`/`anyOf` variant (a discriminator's
@@ -245,4 +231,18 @@ pub(crate) fn reached_schemas(model: &Model) -> Vec<bool> {
         }
     }
     reached
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_match_whole_segments() {
+        assert!(under("/v1/charges", "/v1/charges"));
+        assert!(under("/v1/charges/{id}", "/v1/charges"));
+        assert!(under("/v1/charges/{id}", "/v1/charges/"));
+        assert!(!under("/v1/charges_search", "/v1/charges"));
+        assert!(under("/anything", "/"));
+    }
 }
