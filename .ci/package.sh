@@ -7,6 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
+# Cargo unpacks the crates of the temporary registry `cargo package` builds
+# into a directory keyed by name and version, and reuses it: on a machine that
+# packaged 0.1.0 before, the verify step would build the old sources.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/idem-{runtime,codegen,macros}-0.1.0
 cargo package -p idem-runtime -p idem-codegen -p idem-macros --locked
 for c in idem-runtime idem-codegen idem-macros; do
   ls -l "target/package/$c-0.1.0.crate"

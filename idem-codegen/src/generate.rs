@@ -149,7 +149,9 @@ pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateE
     };
     let file =
         syn::parse2::<syn::File>(tokens).map_err(|e| GenerateError::Unparsable(e.to_string()))?;
-    let items = spaced(&space.resolve(&prettyplease::unparse(&file)));
+    let items = spaced(&types::wrap_string_enums(
+        &space.resolve(&prettyplease::unparse(&file)),
+    ));
     let lines = items.lines().count();
     let features = [("client", options.client), ("server", options.server)]
         .into_iter()
@@ -210,7 +212,8 @@ fn spaced(code: &str) -> String {
             || trimmed.starts_with("pub ")
             || trimmed.starts_with("fn ")
             || trimmed.starts_with("const ")
-            || trimmed.starts_with("impl");
+            || trimmed.starts_with("impl")
+            || trimmed.starts_with("::idem_runtime::string_enum!");
         if starts_item && ends_item && indent <= 4 && prev_indent == indent && !previous.is_empty()
         {
             out.push('\n');

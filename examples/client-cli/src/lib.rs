@@ -189,28 +189,13 @@ pub struct Order {
     >,
 }
 
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub enum OrderStatus {
-    #[serde(rename = "pending")]
-    Pending,
-    #[serde(rename = "paid")]
-    Paid,
-    #[serde(rename = "shipped")]
-    Shipped,
-    #[serde(rename = "back-ordered")]
-    BackOrdered,
+::idem_runtime::string_enum! {
+    pub enum OrderStatus {
+        Pending = "pending",
+        Paid = "paid",
+        Shipped = "shipped",
+        BackOrdered = "back-ordered",
+    }
 }
 
 /// An RFC 9457 problem.

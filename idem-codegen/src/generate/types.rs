@@ -180,6 +180,45 @@ struct Deferred {
 
 const DEFERRED: &str = "__idem_deferred_check_";
 
+/// The attribute that marks a string enum for [`wrap_string_enums`].
+const STRING_ENUM: &str = "__idem_string_enum";
+
+/// Formatted `code` with each enum marked `#[__idem_string_enum]` wrapped in
+/// `::idem_runtime::string_enum! { … }`: formatted as an item first, so its
+/// doc comments and variants read as a person would write them.
+pub(crate) fn wrap_string_enums(code: &str) -> String {
+    let marker = format!("#[{STRING_ENUM}]");
+    let mut out = String::with_capacity(code.len() + code.len() / 16);
+    let mut open: Option<String> = None;
+    for line in code.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        if trimmed.trim_end() == marker {
+            out.push_str(indent);
+            out.push_str("::idem_runtime::string_enum! {\n");
+            open = Some(indent.to_owned());
+            continue;
+        }
+        match &open {
+            Some(outer) => {
+                if line.trim_end().is_empty() {
+                    out.push_str(line);
+                } else {
+                    out.push_str("    ");
+                    out.push_str(line);
+                }
+                if trimmed.trim_end() == "}" && indent == outer {
+                    out.push_str(outer);
+                    out.push_str("}\n");
+                    open = None;
+                }
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
+}
+
 /// Names the generated code itself defines next to the API's types.
 pub(crate) const RESERVED_TYPES: &[&str] = &["Client", "Error", "Result", "Api"];
 
@@ -1189,17 +1228,20 @@ impl<'m> TypeSpace<'m> {
                 }
             }
             Body::Enum(variants) => {
-                let variants = variants.iter().map(|(v, wire)| {
-                    let v = ident(v);
-                    quote!(#[serde(rename = #wire)] #v,)
-                });
+                // Written as `string_enum! { enum … { A = "a" } }`, which
+                // implements serde by hand through `as_str`: derived
+                // visitors for each of the thousands of enums of a large
+                // spec are most of what its types cost rustc. The enum is
+                // formatted as an item, then wrapped (see [`wrap_string_enums`]).
+                let idents = variants.iter().map(|(v, _)| ident(v));
+                let wires = variants.iter().map(|(_, wire)| wire);
+                let marker = format_ident!("{STRING_ENUM}");
                 quote! {
+                    #[#marker]
                     #doc
                     #deprecated
-                    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, #derive_serde)]
-                    #serde
                     pub enum #name {
-                        #(#variants)*
+                        #(#idents = #wires,)*
                     }
                 }
             }
