@@ -34,7 +34,7 @@ else
   as_pg() { sh -c "$*"; }
 fi
 as_pg "'$pg_bin/initdb' -D '$pg_dir/data' -U postgres --auth=trust -E UTF8 >/dev/null"
-if ! as_pg "'$pg_bin/pg_ctl' -D '$pg_dir/data' -l '$pg_dir/log' -o \"-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off\" -w start >/dev/null"; then
+if ! as_pg "'$pg_bin/pg_ctl' -D '$pg_dir/data' -l '$pg_dir/log' -o \"-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c shared_preload_libraries=pg_stat_statements\" -w start >/dev/null"; then
   cat "$pg_dir/log" >&2
   echo "PostgreSQL did not start" >&2
   exit 1

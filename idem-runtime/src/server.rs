@@ -40,6 +40,7 @@
 //! # Ok(()) }
 //! ```
 
+mod canonical;
 mod clock;
 mod config;
 mod engine;
@@ -56,8 +57,8 @@ mod store;
 pub mod support;
 
 pub use config::{
-    BODY_KEY_FIELD, DEFAULT_SCOPE_MAX_LENGTH, DEFAULT_STATUS_PREFIX, FailureReplay, InFlight,
-    KeyIn, KeyRequirement, MAX_INDEXED_BYTES, MismatchStatus, Policy, ResumePolicy,
+    BODY_KEY_FIELD, ClaimAt, DEFAULT_SCOPE_MAX_LENGTH, DEFAULT_STATUS_PREFIX, FailureReplay,
+    InFlight, KeyIn, KeyRequirement, MAX_INDEXED_BYTES, MismatchStatus, Policy, ResumePolicy,
 };
 pub use engine::{Idempotency, IdempotencyBuilder};
 pub use error::{ConfigError, IdempotencyError, KeyProblem, StoreError};

@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http::StatusCode;
 use idem_runtime::server::{
-    BoxFuture, ConfigError, FailureReplay, ForeignCall, HeaderScope, IdemTx, Idempotency,
+    BoxFuture, ClaimAt, ConfigError, FailureReplay, ForeignCall, HeaderScope, IdemTx, Idempotency,
     IdempotencyKey, InFlight, KeyIn, MismatchStatus, Operation, Policy, Reply, ResumePolicy, Run,
     StepError, Store,
 };
@@ -1362,3 +1362,154 @@ async fn form_keys_under_a_named_field<DB: TestDb>(store: Store<DB>) {
     assert_eq!(DB::count_orders(&store).await, 2);
 }
 on_every_backend!(form_keys_under_a_named_field);
+
+// ------------------------------------------------------- claim at commit
+
+/// `claim: commit`: 100 concurrent requests with one key make one effect,
+/// and every one of them gets the first's response (a wait, never
+/// `idempotency_key_in_use`); a retry replays, a changed payload is a reused
+/// key, and past the window the key names a new request.
+async fn claim_at_commit_keeps_every_guarantee<DB: TestDb>(store: Store<DB>) {
+    let policy = Policy::new()
+        .claim_at(ClaimAt::Commit)
+        .duplicate_wait(Duration::from_secs(30))
+        .replay_window(Duration::from_secs(3600))
+        .reaper_after(Duration::from_secs(7200));
+    let (addr, _) = app(store.clone(), policy.clone()).await;
+    // Half the duplicates reach a second node: its own `Store` (and so its
+    // own per-key turns) over the same database.
+    let (second, _) = app(Store::new(store.pool().clone()), policy).await;
+    let client = reqwest::Client::new();
+    let mut tasks = Vec::new();
+    for n in 0..100 {
+        let node = if n % 2 == 0 { addr } else { second };
+        let request = post_order(&client, node, "acct-1", "commit-key", r#"{"amount":5}"#);
+        tasks.push(tokio::spawn(async move { request.send().await.unwrap() }));
+    }
+    let (mut first, mut replays) = (0, 0);
+    let mut bodies = std::collections::HashSet::new();
+    for task in tasks {
+        let response = task.await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        if response.headers().contains_key("idempotent-replayed") {
+            replays += 1;
+        } else {
+            first += 1;
+        }
+        bodies.insert(response.text().await.unwrap());
+    }
+    assert_eq!((first, replays), (1, 99));
+    assert_eq!(
+        bodies.len(),
+        1,
+        "every replay carries the first response's body"
+    );
+    assert_eq!(DB::count_orders(&store).await, 1);
+    assert_eq!(
+        DB::key_state(&store, "commit-key").await.as_deref(),
+        Some("complete")
+    );
+
+    // Same JSON, other spacing: the replay. Another payload: a reused key.
+    let same = post_order(&client, addr, "acct-1", "commit-key", r#"{ "amount": 5 }"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(same.headers()["idempotent-replayed"], "true");
+    let other = post_order(&client, addr, "acct-1", "commit-key", r#"{"amount":6}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        code(other).await,
+        (StatusCode::CONFLICT, "idempotency_key_reused".into())
+    );
+    assert_eq!(DB::count_orders(&store).await, 1);
+
+    // A failed handler stores its failure like any response; a refused
+    // request (before execution) stores nothing.
+    let failed = post_order(&client, addr, "acct-1", "commit-fail", r#"{"fail":"fail"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let again = post_order(&client, addr, "acct-1", "commit-fail", r#"{"fail":"fail"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+
+    // Past its window the key names a new request, once.
+    DB::age_key(&store, "commit-key", 3_700_000).await;
+    let fresh = post_order(&client, addr, "acct-1", "commit-key", r#"{"amount":7}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fresh.status(), StatusCode::CREATED);
+    assert!(!fresh.headers().contains_key("idempotent-replayed"));
+    assert_eq!(DB::count_orders(&store).await, 2);
+    let replay = post_order(&client, addr, "acct-1", "commit-key", r#"{"amount":7}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(DB::count_orders(&store).await, 2);
+}
+on_every_backend!(claim_at_commit_keeps_every_guarantee);
+
+/// A duplicate that cannot see the first's commit within its bound gets
+/// the in-flight answer, and its own effect rolls back.
+async fn claim_at_commit_bounds_the_wait<DB: TestDb>(store: Store<DB>) {
+    let hold = Arc::new(Hold::default());
+    let policy = Policy::new()
+        .claim_at(ClaimAt::Commit)
+        .duplicate_wait(Duration::from_millis(300));
+    let addr = held_app(store.clone(), policy, Arc::clone(&hold)).await;
+    let client = reqwest::Client::new();
+    let body = r#"{"amount":5}"#;
+    let first = {
+        let request = post_order(&client, addr, "a", "held-commit", body);
+        tokio::spawn(async move { request.send().await.unwrap() })
+    };
+    wait_until_entered(&hold).await;
+    let duplicate = post_order(&client, addr, "a", "held-commit", body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        code(duplicate).await,
+        (StatusCode::CONFLICT, "idempotency_key_in_use".into())
+    );
+    hold.release.notify_one();
+    assert_eq!(first.await.unwrap().status(), StatusCode::CREATED);
+    assert_eq!(hold.entered.load(Ordering::SeqCst), 1);
+    assert_eq!(DB::count_orders(&store).await, 1);
+    // A retry runs the handler again, and its effect rolls back.
+    hold.release.notify_one();
+    let retry = post_order(&client, addr, "a", "held-commit", body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(hold.entered.load(Ordering::SeqCst), 2);
+    assert_eq!(DB::count_orders(&store).await, 1);
+}
+on_every_backend!(claim_at_commit_bounds_the_wait);
+
+#[test]
+fn claim_at_commit_cannot_answer_202() {
+    let refused = Policy::new()
+        .claim_at(ClaimAt::Commit)
+        .in_flight(InFlight::Accepted);
+    let built = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async move {
+            let (store, _dir) = support_server::sqlite().await;
+            Idempotency::builder(store)
+                .policy(refused)
+                .scope(HeaderScope::new("x-account-id"))
+                .build()
+                .map(|_| ())
+        });
+    assert!(matches!(built, Err(ConfigError::AcceptedNeedsClaimAtStart)));
+}

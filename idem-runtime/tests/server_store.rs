@@ -8,6 +8,7 @@
 
 mod support_server;
 
+use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::{Postgres, Sqlite};
@@ -417,19 +418,30 @@ async fn setting(conn: &mut sqlx::PgConnection) -> String {
 }
 
 /// PostgreSQL bounds the claim's wait for an uncommitted duplicate with a
-/// transaction-local `lock_timeout`, and puts the setting back afterwards.
+/// transaction-local `lock_timeout` set inside the claim, and a won claim
+/// puts the transaction's own value back before the handler's statements.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_claim_wait_is_bounded_and_scoped_to_the_claim() {
-    let Some(store) = support_server::postgres("claim_wait_is_bounded").await else {
+    let Some((store, schema)) = support_server::postgres_with_schema("claim_wait_is_bounded").await
+    else {
         return;
     };
+    let bound = Duration::from_millis(200);
+    // The application's pool sets its own lock timeout on every connection.
+    let url = support_server::postgres_url("claim_wait_is_bounded").unwrap();
+    let options = sqlx::postgres::PgConnectOptions::from_str(&url)
+        .unwrap()
+        .options([("search_path", schema.as_str()), ("lock_timeout", "7s")]);
+    let app = Store::new(
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .unwrap(),
+    );
+
     // The holder: claims and keeps its transaction open.
-    let mut holder = store.pool().begin().await.unwrap();
-    // A setting of the application's own survives the claim.
-    sqlx::query("SET LOCAL lock_timeout = '7s'")
-        .execute(&mut *holder)
-        .await
-        .unwrap();
+    let mut holder = app.pool().begin().await.unwrap();
     let won = sqlx::Postgres::claim(&mut holder, &claim("a", "busy", "fp", 1_000), WAIT)
         .await
         .unwrap();
@@ -437,45 +449,60 @@ async fn postgres_claim_wait_is_bounded_and_scoped_to_the_claim() {
     assert_eq!(setting(&mut holder).await, "7s");
 
     // The duplicate gives up after its bound instead of waiting for the holder.
-    let mut duplicate = store.pool().begin().await.unwrap();
-    let refused = sqlx::Postgres::claim(
-        &mut duplicate,
-        &claim("a", "busy", "fp", 1_000),
-        Duration::from_millis(200),
-    )
-    .await;
+    let mut duplicate = app.pool().begin().await.unwrap();
+    let started = std::time::Instant::now();
+    let refused =
+        sqlx::Postgres::claim(&mut duplicate, &claim("a", "busy", "fp", 1_000), bound).await;
     assert!(
-        matches!(refused, Err(StoreError::LockWaitExpired { waited }) if waited == Duration::from_millis(200)),
+        matches!(refused, Err(StoreError::LockWaitExpired { waited }) if waited == bound),
         "{refused:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(7),
+        "{:?}",
+        started.elapsed()
     );
     drop(duplicate);
 
-    // Another key does not wait at all, and its transaction keeps the
-    // server default (no lock timeout) for the statements after the claim.
+    // A transaction-local setting of the application's own survives too,
+    // and a pool with none keeps the server default (no lock timeout).
+    let mut local = app.pool().begin().await.unwrap();
+    sqlx::query("SET LOCAL lock_timeout = '9s'")
+        .execute(&mut *local)
+        .await
+        .unwrap();
+    let won = sqlx::Postgres::claim(&mut local, &claim("a", "local", "fp", 1_000), bound)
+        .await
+        .unwrap();
+    assert_eq!(won, Some(1));
+    assert_eq!(setting(&mut local).await, "9s");
+    local.commit().await.unwrap();
     let mut other = store.pool().begin().await.unwrap();
-    let won = sqlx::Postgres::claim(
-        &mut other,
-        &claim("a", "free", "fp", 1_000),
-        Duration::from_millis(200),
-    )
-    .await
-    .unwrap();
+    let won = sqlx::Postgres::claim(&mut other, &claim("a", "free", "fp", 1_000), bound)
+        .await
+        .unwrap();
     assert_eq!(won, Some(1));
     assert_eq!(setting(&mut other).await, "0");
     other.commit().await.unwrap();
 
-    // Once the holder commits, a bounded claim finds the row and does not win.
+    // Once the holder commits, a bounded claim finds the row and does not
+    // win; the bound stays for the statements that examine the record, and
+    // lifting it puts the pool's value back.
     holder.commit().await.unwrap();
-    let mut after = store.pool().begin().await.unwrap();
-    let lost = sqlx::Postgres::claim(
-        &mut after,
-        &claim("a", "busy", "fp", 1_000),
-        Duration::from_millis(200),
-    )
-    .await
-    .unwrap();
+    let mut after = app.pool().begin().await.unwrap();
+    let lost = sqlx::Postgres::claim(&mut after, &claim("a", "busy", "fp", 1_000), bound)
+        .await
+        .unwrap();
     assert_eq!(lost, None);
-    assert_eq!(setting(&mut after).await, "0");
+    assert_eq!(setting(&mut after).await, "200ms");
+    sqlx::Postgres::lift_claim_bound(&mut after).await.unwrap();
+    assert_eq!(setting(&mut after).await, "7s");
+    drop(after);
+
+    // Lifting where no claim bounded anything changes nothing.
+    let mut plain = app.pool().begin().await.unwrap();
+    sqlx::Postgres::lift_claim_bound(&mut plain).await.unwrap();
+    assert_eq!(setting(&mut plain).await, "7s");
 }
 
 /// Puts a store back at schema version 1, with one phased record in flight,

@@ -59,6 +59,33 @@ pub enum InFlight {
     Accepted,
 }
 
+/// When a single-phase request's key is claimed (`claim`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClaimAt {
+    /// Before the handler runs: the key row is inserted in flight, the
+    /// handler's effect and the stored response commit with it, and a
+    /// duplicate meanwhile gets the in-flight answer.
+    #[default]
+    Start,
+    /// When the handler's transaction commits: the key row is inserted,
+    /// complete with its response, as the transaction's last statement.
+    /// Nothing is written before the handler runs, so a first execution
+    /// costs one statement less than [`ClaimAt::Start`] and no update.
+    ///
+    /// A concurrent duplicate runs its handler too, then waits on the key's
+    /// unique index for the first to commit (bounded like any duplicate
+    /// wait), rolls its own effect back, and replays the first's response:
+    /// callers see a wait and the replay where they would have seen
+    /// `409 idempotency_key_in_use`. A retry of a completed key runs the
+    /// handler and rolls it back the same way.
+    ///
+    /// Only for operations whose whole effect is the transaction the layer
+    /// hands the handler: a call to another system, a message sent or a file
+    /// written would happen once per duplicate. Phased operations always
+    /// claim at the start.
+    Commit,
+}
+
 /// The status of a payload-mismatch answer (409 by default, or 422).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MismatchStatus {
@@ -116,6 +143,7 @@ pub struct Policy {
     pub(crate) retry_after: Duration,
     pub(crate) status_prefix: String,
     pub(crate) resume: ResumePolicy,
+    pub(crate) claim_at: ClaimAt,
 }
 
 /// The default longest caller scope, in bytes.
@@ -166,6 +194,7 @@ impl Default for Policy {
             retry_after: Duration::from_secs(2),
             status_prefix: DEFAULT_STATUS_PREFIX.to_owned(),
             resume: ResumePolicy::default(),
+            claim_at: ClaimAt::Start,
         }
     }
 }
@@ -322,6 +351,21 @@ impl Policy {
         self
     }
 
+    /// When a single-phase request's key is claimed (`claim`): at the start
+    /// (default) or at commit, for operations whose whole effect is the
+    /// layer's transaction. See [`ClaimAt::Commit`] for what changes for
+    /// callers. [`InFlight::Accepted`] needs an in-flight record to point
+    /// at, so it cannot be combined with a claim at commit.
+    ///
+    /// ```
+    /// use idem_runtime::server::{ClaimAt, Policy};
+    /// let p = Policy::new().claim_at(ClaimAt::Commit);
+    /// ```
+    pub fn claim_at(mut self, at: ClaimAt) -> Self {
+        self.claim_at = at;
+        self
+    }
+
     /// Status for a payload mismatch: 409 (default) or 422.
     ///
     /// ```
@@ -453,6 +497,9 @@ impl Policy {
                 scope_max_length: self.scope_max_length,
                 limit: MAX_INDEXED_BYTES,
             });
+        }
+        if self.claim_at == ClaimAt::Commit && self.in_flight == InFlight::Accepted {
+            return Err(ConfigError::AcceptedNeedsClaimAtStart);
         }
         if !valid_status_prefix(&self.status_prefix) {
             return Err(ConfigError::InvalidStatusPrefix {

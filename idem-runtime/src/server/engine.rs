@@ -13,6 +13,7 @@ use http::{HeaderName, Method, header};
 use http_body_util::{BodyExt, Limited};
 use sqlx::Transaction;
 
+use super::canonical::canonical_json;
 use super::clock::{ms, now_ms};
 use super::config::{FailureReplay, InFlight, KeyIn, KeyRequirement, Policy, ResumePolicy};
 use super::error::{ConfigError, IdempotencyError, StoreError};
@@ -444,17 +445,12 @@ impl<DB: Backend> Idempotency<DB> {
         let is_json = essence == "application/json" || essence.ends_with("+json");
         let is_form = essence == "application/x-www-form-urlencoded";
         let key_in_body = policy.key_in == KeyIn::Body;
-        // Parsed once, for the body key and the canonical fingerprint both.
-        let json = if is_json || (key_in_body && !is_form) {
-            serde_json::from_slice::<serde_json::Value>(&body).ok()
-        } else {
-            None
-        };
         let key = if key_in_body {
             let field = policy.body_field.as_str();
             let read = if is_form {
                 read_form_key(&body, field, policy.key_max_length)
             } else {
+                let json = serde_json::from_slice::<serde_json::Value>(&body).ok();
                 read_body_key(json.as_ref(), field, policy.key_max_length)
             };
             match read.map_err(|problem| IdempotencyError::InvalidBodyKey {
@@ -476,8 +472,11 @@ impl<DB: Backend> Idempotency<DB> {
             header_key
         };
         let path = self.stored_path(parts);
-        let canonical = if is_json { json.as_ref() } else { None };
-        let fingerprint = fingerprint(&parts.method, &path, canonical, &body);
+        // Canonicalised while parsing, without building a JSON value: a
+        // retry serialised by another library (other key order, other
+        // spacing) is the same request.
+        let canonical = if is_json { canonical_json(&body) } else { None };
+        let fingerprint = fingerprint(&parts.method, &path, canonical.as_deref(), &body);
         Ok(Prepared {
             scope,
             key,
@@ -673,6 +672,7 @@ impl<DB: Backend> Idempotency<DB> {
                     DB::delete_steps(&mut tx, &prepared.scope, key)
                         .await
                         .map_err(&err)?;
+                    DB::lift_claim_bound(&mut tx).await.map_err(&err)?;
                     return Ok(Claim::Won(Won {
                         tx,
                         generation,
@@ -724,6 +724,7 @@ impl<DB: Backend> Idempotency<DB> {
                             attempts,
                             "took over an abandoned request"
                         );
+                        DB::lift_claim_bound(&mut tx).await.map_err(&err)?;
                         return Ok(Claim::Won(Won {
                             tx,
                             generation,
@@ -805,28 +806,10 @@ impl<DB: Backend> Idempotency<DB> {
         generation: i64,
         response: Response,
     ) -> Response {
-        let policy = &self.inner.policy;
-        let (parts, body) = response.into_parts();
-        if policy.failure_replay == FailureReplay::Reattempt && parts.status.is_server_error() {
-            // Roll back: neither the effect nor the claim survives, so a retry
-            // runs again from nothing.
-            drop(tx);
-            return Response::from_parts(parts, body);
-        }
-        let limit = policy.max_response_body;
-        let bytes = match Limited::new(body, limit).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                return IdempotencyError::ResponseTooLarge { limit }.into_response();
-            }
-            Err(_) => return IdempotencyError::ResponseUnreadable.into_response(),
+        let (parts, stored) = match self.capture(response).await {
+            Ok(captured) => captured,
+            Err(send) => return send,
         };
-        let stored = StoredResponse::capture(
-            parts.status,
-            &parts.headers,
-            &self.inner.replay_headers,
-            bytes,
-        );
         match DB::complete(&mut tx, scope, key, generation, &stored, now_ms()).await {
             Ok(true) => {}
             Ok(false) => return IdempotencyError::LockLost.into_response(),
@@ -836,6 +819,150 @@ impl<DB: Backend> Idempotency<DB> {
             return self.store_error(e.into()).into_response();
         }
         Response::from_parts(parts, Body::from(stored.body))
+    }
+
+    /// Reads the handler's response under the cap and keeps what a replay
+    /// sends. `Err` is what to send at once, with the transaction rolled
+    /// back by its caller: a 5xx under `failure-replay: reattempt` (neither
+    /// the effect nor the claim survives, so a retry runs again from
+    /// nothing), or a response over the cap.
+    async fn capture(
+        &self,
+        response: Response,
+    ) -> Result<(http::response::Parts, StoredResponse), Response> {
+        let (parts, body) = response.into_parts();
+        if self.inner.policy.failure_replay == FailureReplay::Reattempt
+            && parts.status.is_server_error()
+        {
+            return Err(Response::from_parts(parts, body));
+        }
+        let limit = self.inner.policy.max_response_body;
+        let bytes = match Limited::new(body, limit).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(IdempotencyError::ResponseTooLarge { limit }.into_response());
+            }
+            Err(_) => return Err(IdempotencyError::ResponseUnreadable.into_response()),
+        };
+        let stored = StoredResponse::capture(
+            parts.status,
+            &parts.headers,
+            &self.inner.replay_headers,
+            bytes,
+        );
+        Ok((parts, stored))
+    }
+
+    /// The claim at commit ([`ClaimAt::Commit`]): the handler has run in
+    /// `tx`; its response goes into the key row, inserted complete as the
+    /// transaction's last statement. If the key already has a record, the
+    /// handler's effect rolls back and the record answers (replay, reused
+    /// key, in flight). `started` is when the request began waiting for its
+    /// key: the wait on a concurrent duplicate's commit is bounded by what
+    /// is left of the duplicate wait.
+    ///
+    /// [`ClaimAt::Commit`]: super::ClaimAt::Commit
+    pub(crate) async fn finish_at_commit(
+        &self,
+        mut tx: Transaction<'static, DB>,
+        prepared: &Prepared,
+        key: &str,
+        response: Response,
+        started: Instant,
+    ) -> Response {
+        let policy = &self.inner.policy;
+        let (parts, stored) = match self.capture(response).await {
+            Ok(captured) => captured,
+            Err(send) => return send,
+        };
+        let wait = policy
+            .duplicate_wait_bound()
+            .saturating_sub(started.elapsed());
+        for _ in 0..2 {
+            let now = now_ms();
+            let claim = NewClaim {
+                scope: &prepared.scope,
+                key,
+                fingerprint: &prepared.fingerprint,
+                operation: None,
+                request: None,
+                now,
+            };
+            let record = match DB::claim_complete(&mut tx, &claim, &stored, wait).await {
+                Ok(Some(_)) => {
+                    return match tx.commit().await {
+                        Ok(()) => Response::from_parts(parts, Body::from(stored.body)),
+                        Err(e) => self.store_error(e.into()).into_response(),
+                    };
+                }
+                // The duplicate has not committed within the bound.
+                Err(StoreError::LockWaitExpired { .. }) => {
+                    drop(tx);
+                    return self.in_flight_answer(key, None);
+                }
+                // The transaction may be aborted (a failed statement of the
+                // handler's, or of this one): it rolls back, and a record
+                // committed meanwhile still answers.
+                Err(e) => {
+                    drop(tx);
+                    return match self.load(&prepared.scope, key).await {
+                        Ok(Some(record)) => self.answer_existing(record, prepared, key),
+                        _ => self.store_error(e).into_response(),
+                    };
+                }
+                Ok(None) => match DB::load(&mut tx, &prepared.scope, key).await {
+                    Ok(record) => record,
+                    Err(e) => return self.store_error(e).into_response(),
+                },
+            };
+            let Some(record) = record else {
+                // Reaped between the two statements.
+                continue;
+            };
+            let cutoff = now.saturating_sub(ms(policy.replay_window));
+            if record.created_at < cutoff && record.state == KeyState::Complete {
+                // Past its window the key names a new request.
+                match DB::delete_expired(&mut tx, &prepared.scope, key, cutoff).await {
+                    Ok(_) => continue,
+                    Err(e) => return self.store_error(e).into_response(),
+                }
+            }
+            drop(tx);
+            return self.answer_existing(record, prepared, key);
+        }
+        drop(tx);
+        IdempotencyError::KeyInUse.into_response()
+    }
+
+    /// Reads a record outside any transaction of the caller's.
+    async fn load(&self, scope: &str, key: &str) -> Result<Option<KeyRecord>, StoreError> {
+        let mut conn = self.inner.store.pool().acquire().await?;
+        DB::load(&mut conn, scope, key).await
+    }
+
+    /// What a request gets from a record its key already has.
+    fn answer_existing(&self, record: KeyRecord, prepared: &Prepared, key: &str) -> Response {
+        if record.fingerprint != prepared.fingerprint {
+            return IdempotencyError::KeyReused {
+                status: self.inner.policy.mismatch.status(),
+            }
+            .into_response();
+        }
+        match (record.state, record.response) {
+            (KeyState::Complete, Some(response)) => response.replay(),
+            (KeyState::Complete, None) => self
+                .store_error(StoreError::Corrupt {
+                    what: "complete record without response",
+                    value: key.to_owned(),
+                })
+                .into_response(),
+            (KeyState::Exhausted, _) => IdempotencyError::Exhausted {
+                recovery_point: record.recovery_point,
+                attempts: record.attempts,
+            }
+            .into_response(),
+            (KeyState::InFlight, _) => self.in_flight_answer(key, Some(&record.recovery_point)),
+        }
     }
 
     /// Registers a phased operation so the completer can resume it by name.

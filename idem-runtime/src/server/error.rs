@@ -121,6 +121,13 @@ pub enum ConfigError {
         /// The prefix given.
         prefix: String,
     },
+    /// `in-flight: accepted` points a duplicate at the in-flight record,
+    /// and a claim at commit writes none.
+    #[error(
+        "in-flight: accepted needs a key claimed at the start (claim: start): a claim at commit \
+         leaves no in-flight record for the status resource to show"
+    )]
+    AcceptedNeedsClaimAtStart,
     /// `Set-Cookie` may never be stored and replayed to another request.
     #[error("{name} cannot be replayed: it would hand one response's session to another")]
     UnreplayableHeader {

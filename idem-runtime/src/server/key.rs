@@ -159,59 +159,21 @@ pub(crate) fn read_form_key(
 /// any other body is hashed as raw bytes. Each part is length-prefixed so no
 /// two different requests can concatenate to the same input.
 ///
-/// `json` is the body parsed as JSON when it is to be canonicalised (a JSON
-/// content type), parsed once by the caller and shared with the body-key reader.
+/// `canonical` is the body's canonical form when it is to be canonicalised
+/// (a JSON content type and a body that parses).
 pub(crate) fn fingerprint(
     method: &Method,
     path: &str,
-    json: Option<&serde_json::Value>,
+    canonical: Option<&[u8]>,
     body: &[u8],
 ) -> String {
-    let canonical = json.map(|value| {
-        let mut out = String::with_capacity(body.len());
-        canonical_json(value, &mut out);
-        out.into_bytes()
-    });
-    let body = canonical.as_deref().unwrap_or(body);
+    let body = canonical.unwrap_or(body);
     let mut hasher = Sha256::new();
     for part in [method.as_str().as_bytes(), path.as_bytes(), body] {
         hasher.update((part.len() as u64).to_be_bytes());
         hasher.update(part);
     }
     hex(&hasher.finalize())
-}
-
-fn canonical_json(value: &serde_json::Value, out: &mut String) {
-    use serde_json::Value;
-    match value {
-        Value::Object(map) => {
-            // Sorted explicitly: serde_json's map keeps insertion order when
-            // any crate in the build enables `preserve_order`.
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                canonical_json(v, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical_json(v, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
 }
 
 /// The longest step name a provider key spells out; a longer one, or one with
@@ -328,12 +290,12 @@ mod tests {
     }
 
     fn fingerprint(method: &Method, path: &str, is_json: bool, body: &[u8]) -> String {
-        let json = if is_json {
-            serde_json::from_slice::<serde_json::Value>(body).ok()
+        let canonical = if is_json {
+            crate::server::canonical::canonical_json(body)
         } else {
             None
         };
-        super::fingerprint(method, path, json.as_ref(), body)
+        super::fingerprint(method, path, canonical.as_deref(), body)
     }
 
     #[test]

@@ -13,7 +13,8 @@ use http::request::Parts;
 use sqlx::Transaction;
 use tower::{Layer, Service};
 
-use super::engine::{Idempotency, is_unsafe};
+use super::config::ClaimAt;
+use super::engine::{Idempotency, Prepared, is_unsafe};
 use super::error::IdempotencyError;
 use super::response::is_rejection;
 use super::store::{Backend, BoxFuture};
@@ -253,6 +254,41 @@ where
     }
 }
 
+/// Runs the handler with `tx`, and takes the transaction back. `Err` is
+/// what to send at once: the handler's refusal ([`is_rejection`]), whose
+/// writes roll back with the claim so nothing of the request remains, or a
+/// transaction the handler did not give back.
+async fn handle<DB, S>(
+    inner: &mut S,
+    mut parts: Parts,
+    prepared: &Prepared,
+    tx: Transaction<'static, DB>,
+) -> Result<(Response, Transaction<'static, DB>), Response>
+where
+    DB: Backend,
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
+    let slot: Slot<DB> = Arc::new(Mutex::new(Some(tx)));
+    parts.extensions.insert(TxSlot(Arc::clone(&slot)));
+    parts.extensions.insert(IdempotencyKey {
+        scope: prepared.scope.clone(),
+        key: prepared.key.clone(),
+    });
+    let request = Request::from_parts(parts, Body::from(prepared.body.clone()));
+    let response = match inner.call(request).await {
+        Ok(r) => r,
+        Err(never) => match never {},
+    };
+    let Some(tx) = slot.lock().ok().and_then(|mut s| s.take()) else {
+        return Err(IdempotencyError::TransactionNotReturned.into_response());
+    };
+    if is_rejection(&response) {
+        drop(tx);
+        return Err(response);
+    }
+    Ok((response, tx))
+}
+
 async fn run<DB, S>(
     idem: Idempotency<DB>,
     validator: Option<Validator>,
@@ -269,7 +305,7 @@ where
             Err(never) => match never {},
         };
     }
-    let (mut parts, body) = request.into_parts();
+    let (parts, body) = request.into_parts();
     let prepared = match idem.prepare(&parts, body).await {
         Ok(p) => p,
         Err(e) => return e.into_response(),
@@ -291,6 +327,25 @@ where
             Ok(tx) => (tx, None),
             Err(e) => return idem.store_error(e.into()).into_response(),
         },
+        Some(key) if idem.policy().claim_at == ClaimAt::Commit => {
+            let started = Instant::now();
+            let wait = idem.policy().duplicate_wait_bound();
+            _turn = match idem.store().gate().take(&prepared.scope, key, wait).await {
+                Some(turn) => turn,
+                None => return idem.in_flight_answer(key, None),
+            };
+            let tx = match idem.store().pool().begin().await {
+                Ok(tx) => tx,
+                Err(e) => return idem.store_error(e.into()).into_response(),
+            };
+            let (response, tx) = match handle(&mut inner, parts, &prepared, tx).await {
+                Ok(ran) => ran,
+                Err(refusal) => return refusal,
+            };
+            return idem
+                .finish_at_commit(tx, &prepared, key, response, started)
+                .await;
+        }
         Some(key) => {
             let started = Instant::now();
             let wait = idem.policy().duplicate_wait_bound();
@@ -306,26 +361,10 @@ where
             }
         }
     };
-    let slot: Slot<DB> = Arc::new(Mutex::new(Some(tx)));
-    parts.extensions.insert(TxSlot(Arc::clone(&slot)));
-    parts.extensions.insert(IdempotencyKey {
-        scope: prepared.scope.clone(),
-        key: prepared.key.clone(),
-    });
-    let request = Request::from_parts(parts, Body::from(prepared.body.clone()));
-    let response = match inner.call(request).await {
-        Ok(r) => r,
-        Err(never) => match never {},
+    let (response, tx) = match handle(&mut inner, parts, &prepared, tx).await {
+        Ok(ran) => ran,
+        Err(refusal) => return refusal,
     };
-    let Some(tx) = slot.lock().ok().and_then(|mut s| s.take()) else {
-        return IdempotencyError::TransactionNotReturned.into_response();
-    };
-    if is_rejection(&response) {
-        // Refused before execution began: the claim and any write roll back
-        // together, and nothing of the request remains.
-        drop(tx);
-        return response;
-    }
     match (prepared.key.as_deref(), generation) {
         (Some(key), Some(generation)) => {
             idem.finish(tx, &prepared.scope, key, generation, response)

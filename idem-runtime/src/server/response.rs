@@ -73,8 +73,13 @@ impl StoredResponse {
         })
     }
 
-    pub(crate) fn headers_json(&self) -> String {
-        serde_json::to_string(&self.headers).unwrap_or_else(|_| "[]".to_owned())
+    /// The kept headers as the `response_headers` column holds them; none
+    /// is `NULL`, which reads back as none.
+    pub(crate) fn headers_json(&self) -> Option<String> {
+        if self.headers.is_empty() {
+            return None;
+        }
+        Some(serde_json::to_string(&self.headers).unwrap_or_else(|_| "[]".to_owned()))
     }
 
     /// The response as first sent (no replay marker).

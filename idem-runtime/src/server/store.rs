@@ -210,14 +210,51 @@ pub trait Backend: sqlx::Database + Sized {
     /// When another transaction holds an uncommitted claim on the same key
     /// the insert waits for it to end; `wait` bounds that wait, after which
     /// the claim fails with [`StoreError::LockWaitExpired`] and the
-    /// transaction is aborted. The bound covers this statement only, never
-    /// the statements that follow it in the transaction. (SQLite never waits
-    /// here: its one writer connection is held by whoever claimed.)
+    /// transaction is aborted. A won claim lifts the bound in the same
+    /// statement, so it never applies to the handler's statements. A lost
+    /// one leaves it for the statements that examine the record;
+    /// [`Backend::lift_claim_bound`] lifts it before a record won some
+    /// other way (re-claimed, taken over) goes to a handler. (SQLite never
+    /// waits here: its one writer connection is held by whoever claimed.)
     fn claim<'a>(
         conn: &'a mut Self::Connection,
         claim: &'a NewClaim<'a>,
         wait: Duration,
     ) -> BoxFuture<'a, Result<Option<i64>, StoreError>>;
+
+    /// Puts back the lock wait the transaction had before a lost
+    /// [`Backend::claim`] bounded it (a no-op where nothing was bounded, and
+    /// on SQLite).
+    fn lift_claim_bound(conn: &mut Self::Connection) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// The claim at commit ([`ClaimAt::Commit`](super::ClaimAt::Commit)):
+    /// inserts the key row complete, with `response`, as the last statement
+    /// of the handler's transaction. `Some(generation)` means this caller
+    /// won; `None` that the key has a committed record (the transaction is
+    /// still usable, to read it).
+    ///
+    /// When another transaction holds an uncommitted row for the key, the
+    /// insert waits for it to end; on PostgreSQL `wait` bounds that wait,
+    /// after which the claim fails with [`StoreError::LockWaitExpired`] and
+    /// the transaction is aborted. The bound is set by the statement itself
+    /// and stays for the rest of the transaction, which only commits, reads
+    /// the record or rolls back.
+    fn claim_complete<'a>(
+        conn: &'a mut Self::Connection,
+        claim: &'a NewClaim<'a>,
+        response: &'a StoredResponse,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Option<i64>, StoreError>>;
+
+    /// Deletes a complete record claimed before `created_before` and its
+    /// steps, so that a claim at commit can take the key: past its replay
+    /// window a key names a new request. `true` when it was deleted.
+    fn delete_expired<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        key: &'a str,
+        created_before: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     /// Re-claims a record whose replay window has passed, in one conditional
     /// `UPDATE`; a complete record, or an in-flight one whose lock is stale.
@@ -355,32 +392,104 @@ const SELECT_RECORD: &str = "SELECT scope, idem_key, fingerprint, state, operati
      response_headers, response_body, created_at, attempts, next_attempt_at FROM idem_keys \
      WHERE scope = $1 AND idem_key = $2";
 
-const CLAIM: &str = "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, operation, \
-     request_method, request_path, request_body, recovery_point, lock_generation, locked_at, \
-     created_at) VALUES ($1, $2, $3, 'in_flight', $4, $5, $6, $7, 'started', 1, $8, $8) \
-     ON CONFLICT (scope, idem_key) DO NOTHING RETURNING lock_generation";
+// The claim of a single-phase request binds what it writes and nothing
+// more; a phased request also keeps its operation and request for the
+// completer. `$state` is the state column's value: PostgreSQL bounds the
+// wait there.
+macro_rules! claim_single {
+    ($state:expr) => {
+        concat!(
+            "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, recovery_point, \
+             lock_generation, locked_at, created_at) VALUES ($1, $2, $3, ",
+            $state,
+            ", 'started', 1, $4, $4) \
+             ON CONFLICT (scope, idem_key) DO NOTHING RETURNING lock_generation"
+        )
+    };
+}
+macro_rules! claim_phased {
+    ($state:expr) => {
+        concat!(
+            "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, operation, \
+             request_method, request_path, request_body, recovery_point, lock_generation, \
+             locked_at, created_at) VALUES ($1, $2, $3, ",
+            $state,
+            ", $5, $6, $7, $8, 'started', 1, $4, $4) \
+             ON CONFLICT (scope, idem_key) DO NOTHING RETURNING lock_generation"
+        )
+    };
+}
+// PostgreSQL bounds the wait for an uncommitted duplicate with a
+// transaction-local `lock_timeout`, inside the insert itself, so the bound
+// costs neither a statement nor a round trip. The row's values are computed
+// before the row is inserted and its key checked, which is where the wait
+// happens; so the `state` value sets the bound on its way (the inner
+// `set_config`, an argument of the outer, runs first and keeps the
+// transaction's value aside in a placeholder setting). The `RETURNING`
+// list is computed for an inserted row only, after any wait, and puts that
+// value back: a won claim leaves the handler's statements unbounded. A
+// conflict returns no row and leaves the bound on for the statements that
+// examine the record; `lift_bound!` puts it back there when needed. When
+// the wait expires the statement fails with 55P03 and the aborted
+// transaction discards the setting anyway.
+macro_rules! bounded_state {
+    ($wait:literal) => {
+        concat!(
+            "'in_flight' || left(set_config('lock_timeout', ",
+            $wait,
+            " || left(set_config('idem.outer_lock_timeout', current_setting('lock_timeout'), \
+             true), 0), true), 0)"
+        )
+    };
+}
+// The value kept aside, or the current one where no claim bounded this
+// transaction (a placeholder setting once used in a session reads as ''
+// after its transaction).
+macro_rules! lift_bound {
+    () => {
+        "set_config('lock_timeout', \
+         COALESCE(NULLIF(current_setting('idem.outer_lock_timeout', true), ''), \
+         current_setting('lock_timeout')), true)"
+    };
+}
 
-// PostgreSQL's claim, bounded. `lock_timeout` is set transaction-locally
-// (`set_config(…, true)`) before the insert and put back to the value it had
-// after it, in the same statement, so the bound costs no extra round trip and
-// never applies to the handler's own statements. The order is forced by data
-// dependencies rather than by evaluation order within a target list:
-// `prior` is read before `bounded` sets the bound (a MATERIALIZED CTE is
-// computed before it is scanned), the insert reads its row from `bounded`,
-// and the outer row that restores the value needs the insert's outcome.
-// When the wait expires the statement fails with 55P03 and the aborted
-// transaction discards the local setting anyway.
-const CLAIM_BOUNDED_POSTGRES: &str = "WITH prior AS MATERIALIZED (\
-       SELECT current_setting('lock_timeout') AS lock_timeout), \
-     bounded AS MATERIALIZED (\
-       SELECT prior.lock_timeout, set_config('lock_timeout', $9, true) AS applied FROM prior), \
-     claimed AS (\
-       INSERT INTO idem_keys (scope, idem_key, fingerprint, state, operation, \
-       request_method, request_path, request_body, recovery_point, lock_generation, locked_at, \
-       created_at) SELECT $1, $2, $3, 'in_flight', $4, $5, $6, $7, 'started', 1, $8, $8 \
-       FROM bounded ON CONFLICT (scope, idem_key) DO NOTHING RETURNING lock_generation) \
-     SELECT claimed.lock_generation, set_config('lock_timeout', bounded.lock_timeout, true) AS restored \
-     FROM bounded LEFT JOIN claimed ON true";
+const CLAIM: &str = claim_single!("'in_flight'");
+const CLAIM_PHASED: &str = claim_phased!("'in_flight'");
+const CLAIM_POSTGRES: &str = concat!(claim_single!(bounded_state!("$5")), ", ", lift_bound!());
+const CLAIM_PHASED_POSTGRES: &str =
+    concat!(claim_phased!(bounded_state!("$9")), ", ", lift_bound!());
+const LIFT_BOUND_POSTGRES: &str = concat!("SELECT ", lift_bound!());
+
+// The claim at commit: the key row, complete, in the handler's transaction.
+macro_rules! claim_complete {
+    ($values:literal) => {
+        concat!(
+            "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, recovery_point, \
+             lock_generation, created_at, completed_at, response_status, response_headers, \
+             response_body) ",
+            $values,
+            " ON CONFLICT (scope, idem_key) DO NOTHING RETURNING lock_generation"
+        )
+    };
+}
+const CLAIM_COMPLETE: &str =
+    claim_complete!("VALUES ($1, $2, $3, 'complete', 'finished', 1, $4, $4, $5, $6, $7)");
+// PostgreSQL's sets its bound first: a MATERIALIZED CTE is computed before
+// the insert reads its row from it. Nothing after it in the transaction
+// waits on a lock, so the bound is left to end with the transaction.
+const CLAIM_COMPLETE_POSTGRES: &str = concat!(
+    "WITH bound AS MATERIALIZED (SELECT set_config('lock_timeout', $8, true)) ",
+    claim_complete!("SELECT $1, $2, $3, 'complete', 'finished', 1, $4, $4, $5, $6, $7 FROM bound")
+);
+
+const DELETE_EXPIRED: &str = "DELETE FROM idem_keys \
+     WHERE scope = $1 AND idem_key = $2 AND created_at < $3 AND state = 'complete'";
+
+/// `wait` as a `lock_timeout` value: whole milliseconds, at least one
+/// (PostgreSQL reads 0 as no limit; the setting tops out at `i32::MAX` ms).
+fn lock_timeout_setting(wait: Duration) -> String {
+    format!("{}ms", wait.as_millis().clamp(1, i32::MAX as u128))
+}
 
 /// SQLSTATE lock_not_available: a `lock_timeout` expired.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
@@ -548,7 +657,7 @@ fn now_for_migrations() -> i64 {
 }
 
 macro_rules! impl_backend {
-    ($db:ty, $migrations:expr, $lock:expr, $claim:path) => {
+    ($db:ty, $migrations:expr, $lock:expr, $claims:expr, $complete:expr, $lift:expr) => {
         impl Backend for $db {
             fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>> {
                 Box::pin(async move {
@@ -589,7 +698,107 @@ macro_rules! impl_backend {
                 c: &'a NewClaim<'a>,
                 wait: Duration,
             ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
-                Box::pin($claim(conn, c, wait))
+                Box::pin(async move {
+                    let ((single, phased), bounded) = $claims;
+                    let statement = if c.operation.is_some() || c.request.is_some() {
+                        sqlx::query_as::<_, (i64,)>(phased)
+                            .bind(c.scope)
+                            .bind(c.key)
+                            .bind(c.fingerprint)
+                            .bind(c.now)
+                            .bind(c.operation)
+                            .bind(c.request.map(|r| r.method.as_str()))
+                            .bind(c.request.map(|r| r.path.as_str()))
+                            .bind(c.request.map(|r| r.body.as_slice()))
+                    } else {
+                        sqlx::query_as::<_, (i64,)>(single)
+                            .bind(c.scope)
+                            .bind(c.key)
+                            .bind(c.fingerprint)
+                            .bind(c.now)
+                    };
+                    let statement = if bounded {
+                        statement.bind(lock_timeout_setting(wait))
+                    } else {
+                        statement
+                    };
+                    match statement.fetch_optional(&mut *conn).await {
+                        Ok(row) => Ok(row.map(|(generation,)| generation)),
+                        Err(sqlx::Error::Database(e))
+                            if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
+                        {
+                            Err(StoreError::LockWaitExpired { waited: wait })
+                        }
+                        Err(e) => Err(e.into()),
+                    }
+                })
+            }
+
+            fn claim_complete<'a>(
+                conn: &'a mut Self::Connection,
+                c: &'a NewClaim<'a>,
+                response: &'a StoredResponse,
+                wait: Duration,
+            ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
+                Box::pin(async move {
+                    let (statement, bounded) = $complete;
+                    let mut query = sqlx::query_as::<_, (i64,)>(statement)
+                        .bind(c.scope)
+                        .bind(c.key)
+                        .bind(c.fingerprint)
+                        .bind(c.now)
+                        .bind(i64::from(response.status))
+                        .bind(response.headers_json())
+                        .bind(response.body.as_ref());
+                    if bounded {
+                        query = query.bind(lock_timeout_setting(wait));
+                    }
+                    match query.fetch_optional(&mut *conn).await {
+                        Ok(row) => Ok(row.map(|(generation,)| generation)),
+                        Err(sqlx::Error::Database(e))
+                            if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
+                        {
+                            Err(StoreError::LockWaitExpired { waited: wait })
+                        }
+                        Err(e) => Err(e.into()),
+                    }
+                })
+            }
+
+            fn delete_expired<'a>(
+                conn: &'a mut Self::Connection,
+                scope: &'a str,
+                key: &'a str,
+                created_before: i64,
+            ) -> BoxFuture<'a, Result<bool, StoreError>> {
+                Box::pin(async move {
+                    let deleted = sqlx::query(DELETE_EXPIRED)
+                        .bind(scope)
+                        .bind(key)
+                        .bind(created_before)
+                        .execute(&mut *conn)
+                        .await?;
+                    if deleted.rows_affected() == 0 {
+                        return Ok(false);
+                    }
+                    sqlx::query(DELETE_STEPS)
+                        .bind(scope)
+                        .bind(key)
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(true)
+                })
+            }
+
+            fn lift_claim_bound(
+                conn: &mut Self::Connection,
+            ) -> BoxFuture<'_, Result<(), StoreError>> {
+                Box::pin(async move {
+                    if let Some(lift) = $lift {
+                        sqlx::query(lift).execute(&mut *conn).await?;
+                    }
+                    Ok(())
+                })
             }
 
             fn reclaim_expired<'a>(
@@ -907,71 +1116,21 @@ macro_rules! impl_backend {
     };
 }
 
-/// SQLite's claim: the plain statement. `wait` has nothing to bound here:
-/// one connection per pool means no other transaction of this process holds
-/// the write lock while this one runs (the in-process [`KeyGate`] bounds the
-/// wait for that connection), and another process's writer is waited for by
-/// the busy timeout, which cannot tell a duplicate from any other write.
-async fn claim_sqlite(
-    conn: &mut sqlx::SqliteConnection,
-    c: &NewClaim<'_>,
-    _wait: Duration,
-) -> Result<Option<i64>, StoreError> {
-    let generation: Option<i64> = sqlx::query_scalar(CLAIM)
-        .bind(c.scope)
-        .bind(c.key)
-        .bind(c.fingerprint)
-        .bind(c.operation)
-        .bind(c.request.map(|r| r.method.as_str()))
-        .bind(c.request.map(|r| r.path.as_str()))
-        .bind(c.request.map(|r| r.body.as_slice()))
-        .bind(c.now)
-        .fetch_optional(&mut *conn)
-        .await?;
-    Ok(generation)
-}
-
-/// PostgreSQL's claim, with the wait for an uncommitted duplicate bounded.
-async fn claim_postgres(
-    conn: &mut sqlx::PgConnection,
-    c: &NewClaim<'_>,
-    wait: Duration,
-) -> Result<Option<i64>, StoreError> {
-    // Whole milliseconds, at least one: PostgreSQL reads 0 as "no limit",
-    // and the setting tops out at i32::MAX ms.
-    let millis = wait.as_millis().clamp(1, i32::MAX as u128);
-    let generation: Result<Option<i64>, sqlx::Error> = sqlx::query_scalar(CLAIM_BOUNDED_POSTGRES)
-        .bind(c.scope)
-        .bind(c.key)
-        .bind(c.fingerprint)
-        .bind(c.operation)
-        .bind(c.request.map(|r| r.method.as_str()))
-        .bind(c.request.map(|r| r.path.as_str()))
-        .bind(c.request.map(|r| r.body.as_slice()))
-        .bind(c.now)
-        .bind(format!("{millis}ms"))
-        .fetch_one(&mut *conn)
-        .await;
-    match generation {
-        Ok(generation) => Ok(generation),
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
-            Err(StoreError::LockWaitExpired { waited: wait })
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
 impl_backend!(
     Sqlite,
     SQLITE_MIGRATIONS,
     SQLITE_MIGRATION_LOCK,
-    claim_sqlite
+    ((CLAIM, CLAIM_PHASED), false),
+    (CLAIM_COMPLETE, false),
+    None::<&'static str>
 );
 impl_backend!(
     Postgres,
     POSTGRES_MIGRATIONS,
     POSTGRES_MIGRATION_LOCK,
-    claim_postgres
+    ((CLAIM_POSTGRES, CLAIM_PHASED_POSTGRES), true),
+    (CLAIM_COMPLETE_POSTGRES, true),
+    Some(LIFT_BOUND_POSTGRES)
 );
 
 /// The key store: a connection pool and the schema in it.
