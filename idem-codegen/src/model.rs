@@ -8,7 +8,7 @@ use crate::load::{Document, LoadError};
 use crate::source::Pos;
 use crate::tree::Node;
 use crate::vocab::{
-    Backoff, Budget, Effect, ExtensionError, FailureReplay, IdempotencyExt, InFlight,
+    Backoff, Budget, ClaimAt, Effect, ExtensionError, FailureReplay, IdempotencyExt, InFlight,
     KeyRequirement, Level, Located, Reader, Resume, RetryExt, Scope, Waiver,
 };
 
@@ -321,6 +321,8 @@ pub struct KeySettings {
     pub retry_horizon: Option<Duration>,
     pub failure_replay: Option<FailureReplay>,
     pub in_flight: InFlight,
+    /// When a single-phase operation's key is claimed.
+    pub claim: ClaimAt,
     pub lock_timeout: Duration,
     /// The resume schedule of a phased operation.
     pub resume: Resume,
@@ -511,6 +513,7 @@ pub(crate) fn merge_idempotency(outer: &IdempotencyExt, inner: IdempotencyExt) -
         retry_horizon: inner.retry_horizon.or(outer.retry_horizon),
         failure_replay: inner.failure_replay.or(outer.failure_replay),
         in_flight: inner.in_flight.or(outer.in_flight),
+        claim: inner.claim.or(outer.claim),
         lock_timeout: inner.lock_timeout.or(outer.lock_timeout),
         resume: inner.resume.or(outer.resume),
         effect: inner.effect,
@@ -551,6 +554,7 @@ pub fn key_settings(ext: &IdempotencyExt) -> KeySettings {
         retry_horizon: ext.retry_horizon.map(|d| d.value),
         failure_replay: ext.failure_replay.map(|f| f.value),
         in_flight: ext.in_flight.map_or(InFlight::Conflict, |f| f.value),
+        claim: ext.claim.map_or(ClaimAt::Start, |c| c.value),
         lock_timeout: ext
             .lock_timeout
             .map_or(KeySettings::DEFAULT_LOCK_TIMEOUT, |d| d.value),

@@ -123,6 +123,15 @@ keyword_enum!(
 );
 
 keyword_enum!(
+    /// When a single-phase operation's key is claimed: before its handler
+    /// runs, or with the handler's transaction as it commits.
+    ClaimAt {
+        Start = "start",
+        Commit = "commit",
+    }
+);
+
+keyword_enum!(
     /// How the client spaces retries.
     Backoff {
         FullJitter = "full-jitter",
@@ -141,6 +150,7 @@ pub struct IdempotencyExt {
     pub retry_horizon: Option<Located<Duration>>,
     pub failure_replay: Option<Located<FailureReplay>>,
     pub in_flight: Option<Located<InFlight>>,
+    pub claim: Option<Located<ClaimAt>>,
     pub lock_timeout: Option<Located<Duration>>,
     pub resume: Option<Located<Resume>>,
     pub effect: Option<Located<Effect>>,
@@ -227,6 +237,7 @@ const IDEMPOTENCY_FIELDS: &[&str] = &[
     "retry-horizon",
     "failure-replay",
     "in-flight",
+    "claim",
     "lock-timeout",
     "resume",
     "effect",
@@ -332,6 +343,7 @@ impl Reader<'_> {
                 "in-flight" => {
                     ext.in_flight = self.keyword(value, field, InFlight::parse, InFlight::ALL);
                 }
+                "claim" => ext.claim = self.keyword(value, field, ClaimAt::parse, ClaimAt::ALL),
                 "lock-timeout" => ext.lock_timeout = self.duration(value, field),
                 "resume" => ext.resume = self.resume(value),
                 "effect" => ext.effect = self.keyword(value, field, Effect::parse, Effect::ALL),

@@ -137,6 +137,9 @@ rule_fixtures! {
     unidentified_key_scope: "unidentified-key-scope" => [
         (16, "IDEM014"), (25, "IDEM014"), (34, "IDEM014"),
     ];
+    claim_at_commit_outside_transaction: "claim-at-commit-outside-transaction" => [
+        (18, "IDEM015"), (28, "IDEM015"), (38, "IDEM015"),
+    ];
 }
 
 #[test]

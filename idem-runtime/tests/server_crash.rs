@@ -22,10 +22,12 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http::{HeaderMap, StatusCode};
 use idem_runtime::server::{
-    BoxFuture, HeaderScope, Idempotency, Operation, Policy, Reply, Run, StepError, Store,
+    BoxFuture, ClaimAt, HeaderScope, IdemTx, Idempotency, IdempotencyKey, Operation, Policy, Reply,
+    Run, StepError, Store,
 };
 use serde_json::{Value, json};
 use sqlx::{Postgres, Sqlite};
@@ -100,6 +102,20 @@ impl<DB: TestDb> Operation<DB> for Checkout<DB> {
     }
 }
 
+/// A single-phase order under `claim: commit`: its effect, then (when told
+/// to) a pause in which the process is killed, before anything commits.
+async fn order<DB: TestDb>(key: IdempotencyKey, mut tx: IdemTx<DB>, pause: bool) -> Response {
+    let id = match DB::insert_order(&mut tx, &key.scope, "order").await {
+        Ok(id) => id,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    if pause {
+        println!("PAUSED order");
+        std::future::pending::<()>().await;
+    }
+    (StatusCode::CREATED, json!({ "id": id }).to_string()).into_response()
+}
+
 async fn child_app<DB: TestDb>(store: Store<DB>) {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let idem = Idempotency::builder(store)
@@ -113,7 +129,17 @@ async fn child_app<DB: TestDb>(store: Store<DB>) {
         pause_at: env("IDEM_CRASH_PAUSE_AT"),
         _db: PhantomData,
     };
-    let app = Router::new().route("/checkout", post(idem.phased(op)));
+    let pause_order = env("IDEM_CRASH_PAUSE_AT").as_deref() == Some("order");
+    let at_commit = idem
+        .with_policy(Policy::new().claim_at(ClaimAt::Commit))
+        .unwrap();
+    let app = Router::new()
+        .route("/checkout", post(idem.phased(op)))
+        .route(
+            "/orders",
+            post(move |key: IdempotencyKey, tx: IdemTx<DB>| order(key, tx, pause_order))
+                .route_layer(at_commit.layer()),
+        );
     if env("IDEM_CRASH_COMPLETER").is_some() {
         idem.spawn_background_jobs(Duration::from_millis(200));
     }
@@ -362,6 +388,38 @@ async fn scenarios<DB: TestDb>(store: Store<DB>, db: Db) {
     assert_eq!(DB::count_orders(&store).await, 3);
     // Across all three crashes: one distinct charge and one receipt per request.
     assert_eq!(provider.total("receipt"), 3);
+    server.kill().await;
+
+    // 4. `claim: commit`, killed after the handler's write and before its
+    //    commit: neither the write nor a key row survives, and the retry on a
+    //    new process runs once.
+    let order = |addr: SocketAddr| {
+        reqwest::Client::new()
+            .post(format!("http://{addr}/orders"))
+            .header("x-account-id", "acct")
+            .header("idempotency-key", "crash-4")
+    };
+    let mut server = Server::start(&db, &provider_url, Some("order"), false).await;
+    let pending = tokio::spawn(order(server.addr).send());
+    server.wait_for("PAUSED order").await;
+    server.kill().await;
+    assert!(
+        pending.await.unwrap().is_err(),
+        "the killed server answered"
+    );
+    assert_eq!(DB::key_state(&store, "crash-4").await, None);
+    assert_eq!(DB::count_orders(&store).await, 3);
+    let server = Server::start(&db, &provider_url, None, false).await;
+    let first = order(server.addr).send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    assert!(!first.headers().contains_key("idempotent-replayed"));
+    let replay = order(server.addr).send().await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(DB::count_orders(&store).await, 4);
+    assert_eq!(
+        DB::key_state(&store, "crash-4").await.as_deref(),
+        Some("complete")
+    );
     server.kill().await;
 }
 

@@ -5,14 +5,16 @@
 //! answered 409, the lock wait bounded by a `lock_timeout` set once per
 //! connection. Both serve keyed `POST /v1/charges` and unkeyed
 //! `POST /v1/legacy-charges` over loopback, on SQLite and (with
-//! `IDEM_TEST_DATABASE_URL`) PostgreSQL.
+//! `IDEM_TEST_DATABASE_URL`) PostgreSQL. A fifth configuration runs the same
+//! charge over the idempotency layer with the claim at commit
+//! (`ClaimAt::Commit`).
 //!
 //! ```text
 //! cargo run --release -p payments-demo --example keyed_bench -- \
 //!     [--requests N] [--concurrency C] [--rounds R]
 //! ```
 //!
-//! Every round runs the four configurations one after another, in an order
+//! Every round runs the configurations one after another, in an order
 //! that alternates between rounds; the ratios are taken within each round
 //! (paired) and reported as median and interquartile range. On PostgreSQL
 //! with `pg_stat_statements` loaded, the statements each path sends are
@@ -27,7 +29,9 @@ use idem_runtime::axum::extract::State;
 use idem_runtime::axum::http::HeaderMap;
 use idem_runtime::axum::response::{IntoResponse, Response};
 use idem_runtime::axum::{self, Router, body::Bytes, routing::post};
-use idem_runtime::server::{Backend, HeaderScope, Idempotency, Store};
+use idem_runtime::server::{
+    Backend, ClaimAt, HeaderScope, IdemTx, Idempotency, IdempotencyKey, Policy, Store,
+};
 use idem_runtime::sqlx::postgres::PgPoolOptions;
 use idem_runtime::sqlx::{self, Executor as _, Pool, Postgres, Sqlite};
 use payments_demo::api::{Charge, ChargeCurrency, ChargeStatus, NewCharge, NewChargeCurrency};
@@ -258,8 +262,53 @@ async fn listen(app: Router) -> anyhow::Result<SocketAddr> {
     Ok(addr)
 }
 
-/// The generated server over `store`.
-async fn generated<DB: Backend>(store: Store<DB>) -> anyhow::Result<SocketAddr>
+/// The same charge written over the idempotency layer by hand, for the
+/// claim at commit (the payments spec claims at the start).
+macro_rules! commit_claimed {
+    ($name:ident, $db:ty) => {
+        async fn $name(key: IdempotencyKey, mut tx: IdemTx<$db>, body: Bytes) -> Response {
+            let Some(charge) = new_charge(&body) else {
+                return problem(400, "invalid_request");
+            };
+            let (_, code) = currency(charge.currency);
+            let id: Result<i64, sqlx::Error> = sqlx::query_scalar(
+                "INSERT INTO charges (account, order_id, amount, currency, description) \
+                 VALUES ($1, $2, $3, $4, $5) RETURNING id",
+            )
+            .bind(&key.scope)
+            .bind(&charge.order_id)
+            .bind(charge.amount)
+            .bind(code)
+            .bind(&charge.description)
+            .fetch_one(&mut *tx)
+            .await;
+            match id {
+                Ok(id) => created(charge_json(id, charge)),
+                Err(e) => problem(503, &e.to_string()),
+            }
+        }
+    };
+}
+
+commit_claimed!(commit_sqlite, Sqlite);
+commit_claimed!(commit_postgres, Postgres);
+
+/// The servers under test.
+#[derive(Clone, Copy)]
+struct Servers {
+    /// The generated payments server.
+    idem: SocketAddr,
+    /// The hand-written reference.
+    reference: SocketAddr,
+    /// The layer with `claim: commit` over the same charge.
+    commit: SocketAddr,
+}
+
+/// The generated server and the claim-at-commit route over `store`.
+async fn idem_servers<DB: Backend>(
+    store: Store<DB>,
+    commit_route: Router,
+) -> anyhow::Result<(SocketAddr, SocketAddr)>
 where
     Payments<DB>: payments_demo::api::Api<DB>,
 {
@@ -267,11 +316,14 @@ where
     let idem = Idempotency::builder(store.clone())
         .scope(HeaderScope::new("x-account-id"))
         .build()?;
-    listen(payments_demo::api::router(
+    let generated = listen(payments_demo::api::router(
         Payments::new(store.pool().clone(), None),
         &idem,
     )?)
-    .await
+    .await?;
+    let at_commit = idem.with_policy(Policy::new().claim_at(ClaimAt::Commit))?;
+    let commit = listen(commit_route.route_layer(at_commit.layer())).await?;
+    Ok((generated, commit))
 }
 
 #[derive(Clone, Copy)]
@@ -280,31 +332,34 @@ enum Config {
     ReferenceKeyed,
     IdemUnkeyed,
     ReferenceUnkeyed,
+    IdemCommit,
 }
 
-const CONFIGS: [(Config, &str); 4] = [
+const CONFIGS: [(Config, &str); 5] = [
     (Config::IdemKeyed, "idem, keyed"),
     (Config::ReferenceKeyed, "hand-written, keyed"),
     (Config::IdemUnkeyed, "idem, unkeyed"),
     (Config::ReferenceUnkeyed, "hand-written, unkeyed"),
+    (Config::IdemCommit, "idem layer, keyed, claim at commit"),
 ];
 
 impl Config {
     fn path(self) -> &'static str {
         match self {
-            Config::IdemKeyed | Config::ReferenceKeyed => "/v1/charges",
             Config::IdemUnkeyed | Config::ReferenceUnkeyed => "/v1/legacy-charges",
+            _ => "/v1/charges",
         }
     }
 
     fn keyed(self) -> bool {
-        matches!(self, Config::IdemKeyed | Config::ReferenceKeyed)
+        !matches!(self, Config::IdemUnkeyed | Config::ReferenceUnkeyed)
     }
 
-    fn server(self, (idem, reference): (SocketAddr, SocketAddr)) -> SocketAddr {
+    fn server(self, servers: Servers) -> SocketAddr {
         match self {
-            Config::IdemKeyed | Config::IdemUnkeyed => idem,
-            Config::ReferenceKeyed | Config::ReferenceUnkeyed => reference,
+            Config::IdemKeyed | Config::IdemUnkeyed => servers.idem,
+            Config::ReferenceKeyed | Config::ReferenceUnkeyed => servers.reference,
+            Config::IdemCommit => servers.commit,
         }
     }
 }
@@ -349,8 +404,12 @@ async fn drive(
                 if config.keyed() {
                     request = request.header("idempotency-key", format!("{tag}-{n}"));
                 }
+                // Every key is new: a replay would be measuring the wrong path.
                 match request.send().await {
-                    Ok(r) if r.status().as_u16() == 201 => {
+                    Ok(r)
+                        if r.status().as_u16() == 201
+                            && !r.headers().contains_key("idempotent-replayed") =>
+                    {
                         let _ = r.bytes().await;
                     }
                     _ => {
@@ -383,24 +442,25 @@ fn quartiles(values: &[f64]) -> (f64, f64, f64) {
 
 async fn compare(
     store: &str,
-    servers: (SocketAddr, SocketAddr),
+    servers: Servers,
     requests: usize,
     concurrency: usize,
     rounds: usize,
 ) {
     let run = format!("{:x}", now_ms());
-    for (config, _) in CONFIGS {
+    for (i, (config, _)) in CONFIGS.iter().enumerate() {
+        let config = *config;
         drive(
             config.server(servers),
             config,
-            &format!("warm-{run}"),
+            &format!("warm-{run}-{i}"),
             requests / 10,
             concurrency,
         )
         .await;
     }
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); CONFIGS.len()];
-    let mut errors = [0usize; 4];
+    let mut errors = [0usize; CONFIGS.len()];
     for round in 0..rounds {
         let mut order: Vec<usize> = (0..CONFIGS.len()).collect();
         if round % 2 == 1 {
@@ -411,7 +471,7 @@ async fn compare(
             let (rate, failed) = drive(
                 config.server(servers),
                 config,
-                &format!("{run}-{round}"),
+                &format!("{run}-{i}-{round}"),
                 requests,
                 concurrency,
             )
@@ -437,6 +497,8 @@ async fn compare(
         ("idem unkeyed / hand-written unkeyed", ratio(2, 3)),
         ("idem keyed / idem unkeyed", ratio(0, 2)),
         ("hand-written keyed / hand-written unkeyed", ratio(1, 3)),
+        ("idem claim at commit / hand-written keyed", ratio(4, 1)),
+        ("idem claim at commit / idem unkeyed", ratio(4, 2)),
     ] {
         let (q1, median, q3) = quartiles(&values);
         println!("| {label} | {median:.3} | {q1:.3}–{q3:.3} |");
@@ -446,7 +508,7 @@ async fn compare(
 /// Statements per request on each path, from `pg_stat_statements`.
 async fn statement_counts(
     admin: &Pool<Postgres>,
-    servers: (SocketAddr, SocketAddr),
+    servers: Servers,
     concurrency: usize,
 ) -> anyhow::Result<()> {
     let loaded = admin
@@ -468,11 +530,12 @@ async fn statement_counts(
     println!("\n| path (PostgreSQL, pg_stat_statements) | statements per request |");
     println!("| --- | --- |");
     let run = format!("count-{:x}", now_ms());
-    for (config, label) in CONFIGS {
+    for (i, (config, label)) in CONFIGS.into_iter().enumerate() {
         sqlx::query("SELECT pg_stat_statements_reset()")
             .execute(admin)
             .await?;
-        drive(config.server(servers), config, &run, requests, concurrency).await;
+        let tag = format!("{run}-{i}");
+        drive(config.server(servers), config, &tag, requests, concurrency).await;
         let rows: Vec<(String, i64)> = sqlx::query_as(
             "SELECT query, calls FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid \
              WHERE d.datname = current_database() AND query NOT LIKE '%pg_stat_statements%' \
@@ -530,10 +593,16 @@ async fn main() -> anyhow::Result<()> {
     let pool = reference.pool().clone();
     sqlx::query(SQLITE_SCHEMA).execute(&pool).await?;
     sqlx::query(REFERENCE_KEYS).execute(&pool).await?;
-    let servers = (
-        generated(store).await?,
-        listen(reference_sqlite::router(pool)).await?,
-    );
+    let (idem, commit) = idem_servers(
+        store,
+        Router::new().route("/v1/charges", post(commit_sqlite)),
+    )
+    .await?;
+    let servers = Servers {
+        idem,
+        reference: listen(reference_sqlite::router(pool)).await?,
+        commit,
+    };
     compare("SQLite", servers, requests, concurrency, rounds).await;
 
     match std::env::var("IDEM_TEST_DATABASE_URL") {
@@ -562,10 +631,16 @@ async fn main() -> anyhow::Result<()> {
                 })
                 .connect(&url)
                 .await?;
-            let servers = (
-                generated(store).await?,
-                listen(reference_postgres::router(pool)).await?,
-            );
+            let (idem, commit) = idem_servers(
+                store,
+                Router::new().route("/v1/charges", post(commit_postgres)),
+            )
+            .await?;
+            let servers = Servers {
+                idem,
+                reference: listen(reference_postgres::router(pool)).await?,
+                commit,
+            };
             compare("PostgreSQL", servers, requests, concurrency, rounds).await;
             statement_counts(&admin, servers, concurrency).await?;
         }

@@ -2,6 +2,7 @@
 
 use super::Rule;
 
+mod claim_at_commit_outside_transaction;
 mod exactly_once_claim;
 mod external_effect_without_phases;
 mod global_key_scope;
@@ -33,6 +34,7 @@ pub static RULES: &[&Rule] = &[
     &phases_without_key::RULE,
     &undeclared_protocol_refusals::RULE,
     &unidentified_key_scope::RULE,
+    &claim_at_commit_outside_transaction::RULE,
 ];
 
 use crate::model::{Model, Operation};

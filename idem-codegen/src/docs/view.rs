@@ -11,7 +11,9 @@ use idem_runtime::protocol;
 use super::schedule::{self, Schedule};
 use super::text;
 use crate::model::{self, KeySource, Model, Operation, RetryClass, RetryPolicy};
-use crate::vocab::{Backoff, FailureReplay, InFlight, KeyRequirement, Scope, format_duration};
+use crate::vocab::{
+    Backoff, ClaimAt, FailureReplay, InFlight, KeyRequirement, Scope, format_duration,
+};
 
 /// The key used in the page's examples.
 const EXAMPLE_KEY: &str = "order-739-confirm";
@@ -223,6 +225,10 @@ pub struct DocsView {
     pub in_flight_conflict: bool,
     pub in_flight_wait: bool,
     pub in_flight_accepted: bool,
+    /// Operations whose key is claimed at commit (`claim: commit`): a
+    /// duplicate waits for the replay rather than being refused, as
+    /// `METHOD path`.
+    pub commit_claimed: Vec<String>,
     pub wire: Wire,
     pub keyed: Vec<Endpoint>,
     pub unsafe_endpoints: Vec<Endpoint>,
@@ -279,11 +285,15 @@ impl DocsView {
             .iter()
             .filter(|o| o.class == RetryClass::Keyed)
             .collect();
+        // Operations claimed at commit have their own section.
+        let at_commit = |o: &Operation| o.settings.claim == ClaimAt::Commit && o.phases.is_none();
         let mode_used = |mode: fn(InFlight) -> bool| {
             if keyed_ops.is_empty() {
                 mode(root.in_flight)
             } else {
-                keyed_ops.iter().any(|o| mode(o.settings.in_flight))
+                keyed_ops
+                    .iter()
+                    .any(|o| !at_commit(o) && mode(o.settings.in_flight))
             }
         };
         let body_field = keyed_ops.iter().find_map(|o| match &o.key.source {
@@ -314,6 +324,11 @@ impl DocsView {
             in_flight_conflict: mode_used(|m| m == InFlight::Conflict),
             in_flight_wait: mode_used(|m| m == InFlight::Wait),
             in_flight_accepted: mode_used(|m| m == InFlight::Accepted),
+            commit_claimed: keyed_ops
+                .iter()
+                .filter(|o| at_commit(o))
+                .map(|o| text::clean(&format!("{} {}", o.method, o.path)))
+                .collect(),
             wire: wire(&header, header_keys, mismatch_status(&keyed_ops)),
             undocumented_unsafe: ops.iter().filter(|o| o.class == RetryClass::Unsafe).count(),
             toc_open: ops.len() <= 40,

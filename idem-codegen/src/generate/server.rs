@@ -28,7 +28,7 @@ use super::naming::{self, Namer};
 use super::types::{Site, Ty, TypeSpace, doc_attrs, ident};
 use crate::model::SecurityKind;
 use crate::model::{KeySource, Model, Operation, RetryClass};
-use crate::vocab::{FailureReplay, InFlight, KeyRequirement, Scope};
+use crate::vocab::{ClaimAt, FailureReplay, InFlight, KeyRequirement, Scope};
 
 const RT: &str = "::idem_runtime::server";
 
@@ -588,6 +588,11 @@ fn policy(op: &Operation, accepted: &mut bool) -> TokenStream {
             *accepted = true;
             calls.push(quote!(.in_flight(#rt::InFlight::Accepted)));
         }
+    }
+    // Phased operations always claim at the start; the audit refuses the
+    // combination.
+    if s.claim == ClaimAt::Commit && wiring(op) != Wiring::Phased {
+        calls.push(quote!(.claim_at(#rt::ClaimAt::Commit)));
     }
     // A documented 422 is where the API answers a reused key; else 409.
     if op.responses.iter().any(|r| r.status == "422")
