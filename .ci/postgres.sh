@@ -34,7 +34,18 @@ else
   as_pg() { sh -c "$*"; }
 fi
 as_pg "'$pg_bin/initdb' -D '$pg_dir/data' -U postgres --auth=trust -E UTF8 >/dev/null"
-if ! as_pg "'$pg_bin/pg_ctl' -D '$pg_dir/data' -l '$pg_dir/log' -o \"-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c shared_preload_libraries=pg_stat_statements\" -w start >/dev/null"; then
+# A port that looked free can still be taken (a loopback connection's local
+# port in TIME_WAIT): the next few are tried before giving up.
+pg_started=""
+for _ in 1 2 3 4 5; do
+  if as_pg "'$pg_bin/pg_ctl' -D '$pg_dir/data' -l '$pg_dir/log' -o \"-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c shared_preload_libraries=pg_stat_statements\" -w start >/dev/null"; then
+    pg_started=1
+    break
+  fi
+  pg_port=$((pg_port + 1))
+  while pg_port_busy "$pg_port"; do pg_port=$((pg_port + 1)); done
+done
+if [ -z "$pg_started" ]; then
   cat "$pg_dir/log" >&2
   echo "PostgreSQL did not start" >&2
   exit 1
