@@ -130,6 +130,29 @@ macro_rules! reference {
 
             type Stored = (Vec<u8>, Option<i32>, Option<Vec<u8>>);
 
+            /// The business write: one charge row.
+            pub async fn insert_charge<'e, E>(
+                executor: E,
+                account: &str,
+                charge: &NewCharge,
+            ) -> Result<i64, sqlx::Error>
+            where
+                E: sqlx::Executor<'e, Database = $db>,
+            {
+                let (_, code) = currency(charge.currency);
+                sqlx::query_scalar(
+                    "INSERT INTO charges (account, order_id, amount, currency, description) \
+                     VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                )
+                .bind(account)
+                .bind(&charge.order_id)
+                .bind(charge.amount)
+                .bind(code)
+                .bind(&charge.description)
+                .fetch_one(executor)
+                .await
+            }
+
             pub async fn keyed(
                 State(pool): State<Pool<$db>>,
                 headers: HeaderMap,
@@ -186,18 +209,7 @@ macro_rules! reference {
                             _ => problem(409, "idempotency_key_in_use"),
                         });
                     }
-                    let (_, code) = currency(charge.currency);
-                    let id: i64 = sqlx::query_scalar(
-                        "INSERT INTO charges (account, order_id, amount, currency, description) \
-                         VALUES ($1, $2, $3, $4, $5) RETURNING id",
-                    )
-                    .bind(account)
-                    .bind(&charge.order_id)
-                    .bind(charge.amount)
-                    .bind(code)
-                    .bind(&charge.description)
-                    .fetch_one(&mut *tx)
-                    .await?;
+                    let id = insert_charge(&mut *tx, account, &charge).await?;
                     let json = charge_json(id, charge);
                     sqlx::query(
                         "UPDATE reference_keys SET status = 201, body = $3 \
@@ -224,19 +236,7 @@ macro_rules! reference {
                     Ok(request) => request,
                     Err((status, code)) => return problem(status, code),
                 };
-                let (_, code) = currency(charge.currency);
-                let id: Result<i64, sqlx::Error> = sqlx::query_scalar(
-                    "INSERT INTO charges (account, order_id, amount, currency, description) \
-                     VALUES ($1, $2, $3, $4, $5) RETURNING id",
-                )
-                .bind(account)
-                .bind(&charge.order_id)
-                .bind(charge.amount)
-                .bind(code)
-                .bind(&charge.description)
-                .fetch_one(&pool)
-                .await;
-                match id {
+                match insert_charge(&pool, account, &charge).await {
                     Ok(id) => created(charge_json(id, charge)),
                     Err(e) => problem(503, &e.to_string()),
                 }
@@ -265,24 +265,12 @@ async fn listen(app: Router) -> anyhow::Result<SocketAddr> {
 /// The same charge written over the idempotency layer by hand, for the
 /// claim at commit (the payments spec claims at the start).
 macro_rules! commit_claimed {
-    ($name:ident, $db:ty) => {
+    ($name:ident, $db:ty, $insert:path) => {
         async fn $name(key: IdempotencyKey, mut tx: IdemTx<$db>, body: Bytes) -> Response {
             let Some(charge) = new_charge(&body) else {
                 return problem(400, "invalid_request");
             };
-            let (_, code) = currency(charge.currency);
-            let id: Result<i64, sqlx::Error> = sqlx::query_scalar(
-                "INSERT INTO charges (account, order_id, amount, currency, description) \
-                 VALUES ($1, $2, $3, $4, $5) RETURNING id",
-            )
-            .bind(&key.scope)
-            .bind(&charge.order_id)
-            .bind(charge.amount)
-            .bind(code)
-            .bind(&charge.description)
-            .fetch_one(&mut *tx)
-            .await;
-            match id {
+            match $insert(&mut *tx, &key.scope, &charge).await {
                 Ok(id) => created(charge_json(id, charge)),
                 Err(e) => problem(503, &e.to_string()),
             }
@@ -290,8 +278,8 @@ macro_rules! commit_claimed {
     };
 }
 
-commit_claimed!(commit_sqlite, Sqlite);
-commit_claimed!(commit_postgres, Postgres);
+commit_claimed!(commit_sqlite, Sqlite, reference_sqlite::insert_charge);
+commit_claimed!(commit_postgres, Postgres, reference_postgres::insert_charge);
 
 /// The servers under test.
 #[derive(Clone, Copy)]

@@ -485,6 +485,22 @@ const CLAIM_COMPLETE_POSTGRES: &str = concat!(
 const DELETE_EXPIRED: &str = "DELETE FROM idem_keys \
      WHERE scope = $1 AND idem_key = $2 AND created_at < $3 AND state = 'complete'";
 
+/// What a claim statement's outcome means: the generation won, `None` for a
+/// key already taken, or [`StoreError::LockWaitExpired`] when the bound
+/// `wait` passed first.
+fn claimed(
+    outcome: Result<Option<(i64,)>, sqlx::Error>,
+    wait: Duration,
+) -> Result<Option<i64>, StoreError> {
+    match outcome {
+        Ok(row) => Ok(row.map(|(generation,)| generation)),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
+            Err(StoreError::LockWaitExpired { waited: wait })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// `wait` as a `lock_timeout` value: whole milliseconds, at least one
 /// (PostgreSQL reads 0 as no limit; the setting tops out at `i32::MAX` ms).
 fn lock_timeout_setting(wait: Duration) -> String {
@@ -722,15 +738,7 @@ macro_rules! impl_backend {
                     } else {
                         statement
                     };
-                    match statement.fetch_optional(&mut *conn).await {
-                        Ok(row) => Ok(row.map(|(generation,)| generation)),
-                        Err(sqlx::Error::Database(e))
-                            if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
-                        {
-                            Err(StoreError::LockWaitExpired { waited: wait })
-                        }
-                        Err(e) => Err(e.into()),
-                    }
+                    claimed(statement.fetch_optional(&mut *conn).await, wait)
                 })
             }
 
@@ -753,15 +761,7 @@ macro_rules! impl_backend {
                     if bounded {
                         query = query.bind(lock_timeout_setting(wait));
                     }
-                    match query.fetch_optional(&mut *conn).await {
-                        Ok(row) => Ok(row.map(|(generation,)| generation)),
-                        Err(sqlx::Error::Database(e))
-                            if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
-                        {
-                            Err(StoreError::LockWaitExpired { waited: wait })
-                        }
-                        Err(e) => Err(e.into()),
-                    }
+                    claimed(query.fetch_optional(&mut *conn).await, wait)
                 })
             }
 
