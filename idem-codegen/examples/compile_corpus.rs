@@ -9,12 +9,19 @@
 //! Crates are written to `target/corpus/<name>` as one workspace with one
 //! shared target dir, so dependencies compile once. `FILTER`s keep only
 //! specs whose path contains one of them. Exits 1 when any spec fails.
+//!
+//! A spec whose generated code passes 20,000 lines is also checked as a
+//! user of part of it would build it: filtered (the client of the first
+//! operation's tag, or of its path's first resource), and as the gated
+//! whole-API client crate with one resource-group feature alone, for the
+//! first, the middle and the last group.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use idem_codegen::generate::{Options, generate};
+use idem_codegen::generate::{Generated, Options, generate};
+use idem_codegen::model::{Model, Selection};
 use idem_codegen::write::{Runtime, crate_files, write_if_changed};
 
 struct Row {
@@ -27,7 +34,27 @@ struct Row {
     numbered: usize,
     generate_ms: u128,
     check_ms: u128,
+    /// Extra `cargo check` arguments (the features of a gated crate).
+    check_args: Vec<String>,
 }
+
+impl Row {
+    fn failed(spec: String, error: &str, generate_ms: u128) -> Self {
+        Row {
+            spec,
+            result: format!("FAIL generate: {error}"),
+            lines: 0,
+            groups: 0,
+            numbered: 0,
+            generate_ms,
+            check_ms: 0,
+            check_args: Vec::new(),
+        }
+    }
+}
+
+/// Generated code past this many lines is also checked filtered and gated.
+const LARGE: usize = 20_000;
 
 fn main() {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -64,7 +91,15 @@ fn main() {
             path.replace(['/', '.', '_'], "-").to_ascii_lowercase()
         );
         let started = Instant::now();
-        let result = (|| -> Result<(usize, usize, usize), String> {
+        let runtime = Runtime::Path(workspace.join("idem-runtime"));
+        let write = |name: &str, generated: &Generated, title: &str| -> Result<(), String> {
+            for file in crate_files(generated, name, title, &runtime) {
+                write_if_changed(&out.join(name).join(&file.path), &file.contents)
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        };
+        let result = (|| -> Result<(Model, usize, usize, usize), String> {
             let document = idem_codegen::load::Document::load(&specs_dir.join(path))
                 .map_err(|f| format!("load: {}", f.error))?;
             let model = idem_codegen::model::build(document, &idem_codegen::audit::rule_names())
@@ -74,43 +109,126 @@ fn main() {
                 &Options {
                     client: true,
                     server: true,
+                    feature_groups: false,
                 },
             )
             .map_err(|e| e.to_string())?;
-            let runtime = Runtime::Path(workspace.join("idem-runtime"));
-            for file in crate_files(&generated, &name, &model.title, &runtime) {
-                write_if_changed(&out.join(&name).join(&file.path), &file.contents)
-                    .map_err(|e| e.to_string())?;
-            }
+            write(&name, &generated, &model.title)?;
             Ok((
+                model,
                 generated.lines,
                 groups(&generated.items),
                 numbered(&generated.items),
             ))
         })();
         let generate_ms = started.elapsed().as_millis();
-        match result {
-            Ok((lines, groups, numbered)) => {
+        let model = match result {
+            Ok((model, lines, groups, numbered)) => {
                 members.push(name.clone());
                 rows.push(Row {
                     spec: (*path).to_owned(),
-                    result: name,
+                    result: name.clone(),
                     lines,
                     groups,
                     numbered,
                     generate_ms,
                     check_ms: 0,
+                    check_args: Vec::new(),
                 });
+                (lines > LARGE).then_some(model)
             }
-            Err(e) => rows.push(Row {
-                spec: (*path).to_owned(),
-                result: format!("FAIL generate: {e}"),
-                lines: 0,
-                groups: 0,
-                numbered: 0,
-                generate_ms,
-                check_ms: 0,
-            }),
+            Err(e) => {
+                rows.push(Row::failed((*path).to_owned(), &e, generate_ms));
+                None
+            }
+        };
+        let Some(model) = model else { continue };
+        // As a user of part of a large API builds it.
+        for (suffix, what) in [("filtered", Part::Filtered), ("gated", Part::Gated)] {
+            let started = Instant::now();
+            let part_name = format!("{name}-{suffix}");
+            let built = (|| -> Result<(String, Generated), String> {
+                let (label, generated) = match what {
+                    Part::Filtered => {
+                        // The model is narrowed in place: a fresh one.
+                        let document = idem_codegen::load::Document::load(&specs_dir.join(path))
+                            .map_err(|f| format!("load: {}", f.error))?;
+                        let mut part = idem_codegen::model::build(
+                            document,
+                            &idem_codegen::audit::rule_names(),
+                        )
+                        .map_err(|f| format!("model: {}", f.error))?;
+                        let (label, selection) = selection_of(&part);
+                        selection.narrow(&mut part).map_err(|e| e.to_string())?;
+                        let options = Options {
+                            client: true,
+                            server: false,
+                            feature_groups: false,
+                        };
+                        (label, generate(&part, &options).map_err(|e| e.to_string())?)
+                    }
+                    Part::Gated => {
+                        let options = Options {
+                            client: true,
+                            server: false,
+                            feature_groups: true,
+                        };
+                        (
+                            String::new(),
+                            generate(&model, &options).map_err(|e| e.to_string())?,
+                        )
+                    }
+                };
+                write(&part_name, &generated, &model.title)?;
+                Ok((label, generated))
+            })();
+            let generate_ms = started.elapsed().as_millis();
+            match built {
+                Ok((label, generated)) => {
+                    members.push(part_name.clone());
+                    let features = &generated.cargo_features;
+                    let configs: Vec<(String, Vec<String>)> = match what {
+                        Part::Filtered => vec![(format!("{path} [{label}]"), Vec::new())],
+                        Part::Gated => {
+                            let mut picks: Vec<&String> = [
+                                features.first(),
+                                features.get(features.len() / 2),
+                                features.last(),
+                            ]
+                            .into_iter()
+                            .flatten()
+                            .collect();
+                            picks.dedup();
+                            picks
+                                .into_iter()
+                                .map(|f| {
+                                    (
+                                        format!("{path} [feature {f} alone]"),
+                                        vec![
+                                            "--no-default-features".to_owned(),
+                                            "--features".to_owned(),
+                                            f.clone(),
+                                        ],
+                                    )
+                                })
+                                .collect()
+                        }
+                    };
+                    for (spec, check_args) in configs {
+                        rows.push(Row {
+                            spec,
+                            result: part_name.clone(),
+                            lines: generated.lines,
+                            groups: groups(&generated.items),
+                            numbered: numbered(&generated.items),
+                            generate_ms,
+                            check_ms: 0,
+                            check_args,
+                        });
+                    }
+                }
+                Err(e) => rows.push(Row::failed(format!("{path} [{suffix}]"), &e, generate_ms)),
+            }
         }
     }
     let members_toml: Vec<String> = members.iter().map(|m| format!("{m:?}")).collect();
@@ -145,6 +263,7 @@ fn main() {
                 "-p",
                 &row.result,
             ])
+            .args(&row.check_args)
             .current_dir(&out)
             .env("RUSTFLAGS", "-D warnings")
             .env("CARGO_TARGET_DIR", out.join("target"))
@@ -199,6 +318,37 @@ fn main() {
     if failures > 0 {
         std::process::exit(1);
     }
+}
+
+#[derive(Clone, Copy)]
+enum Part {
+    Filtered,
+    Gated,
+}
+
+/// What the filtered configuration of a spec keeps: the first operation's
+/// first tag, or else the path up to its first resource segment.
+fn selection_of(model: &Model) -> (String, Selection) {
+    let Some(first) = model.operations.first() else {
+        return ("nothing".to_owned(), Selection::default());
+    };
+    if let Some(tag) = first.tags.first() {
+        return (format!("tag {tag}"), Selection::tags([tag.clone()]));
+    }
+    let mut prefix = String::new();
+    for segment in first.path.split('/').filter(|s| !s.is_empty()) {
+        prefix.push('/');
+        prefix.push_str(segment);
+        let version =
+            segment.starts_with('v') && segment[1..].starts_with(|c: char| c.is_ascii_digit());
+        if !version && segment != "api" && !segment.contains('{') {
+            break;
+        }
+    }
+    (
+        format!("operations under {prefix}"),
+        Selection::operations([prefix]),
+    )
 }
 
 /// The client's resource groups: one handle type each.

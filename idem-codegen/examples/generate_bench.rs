@@ -57,6 +57,7 @@ fn child(spec: &Path, what: &str, out: &Path) -> anyhow::Result<()> {
     let options = Options {
         client: what == "client",
         server: what == "server",
+        feature_groups: false,
     };
     let generated = generate(&model, &options)?;
     let emit = t.elapsed();

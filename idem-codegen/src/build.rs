@@ -221,6 +221,8 @@ impl Config {
             &Options {
                 client: self.client,
                 server: self.server,
+                // Included into the user's crate, whose features are its own.
+                feature_groups: false,
             },
         )?;
         for note in &generated.notes {

@@ -525,7 +525,15 @@ fn run_generate(
         }
     }
     let generated = if client || server {
-        match crate::generate::generate(&model, &crate::generate::Options { client, server }) {
+        match crate::generate::generate(
+            &model,
+            &crate::generate::Options {
+                client,
+                server,
+                // A crate of its own: its groups are its cargo features.
+                feature_groups: true,
+            },
+        ) {
             Ok(g) => {
                 for note in &g.notes {
                     writeln!(stderr, "warning: {note}")?;

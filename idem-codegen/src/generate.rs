@@ -3,6 +3,7 @@
 //! [`generate`] returns.
 
 mod client;
+mod features;
 pub mod naming;
 mod server;
 pub(crate) mod types;
@@ -19,6 +20,12 @@ pub struct Options {
     pub client: bool,
     /// The server scaffolding: the `Api` trait, the reply types and `router`.
     pub server: bool,
+    /// Put each resource group of the client behind a cargo feature, and
+    /// each type behind the features of the groups that reach it (see
+    /// [`Generated::cargo_features`]). For a crate of its own: the code
+    /// names features the including crate must declare. Ignored with
+    /// `server`, whose `Api` trait names every type.
+    pub feature_groups: bool,
 }
 
 /// What [`generate`] produced.
@@ -30,6 +37,10 @@ pub struct Generated {
     pub lines: usize,
     /// The `idem-runtime` features the code needs (`client`, `server`).
     pub features: Vec<&'static str>,
+    /// The cargo features the code is gated by, one per resource group,
+    /// when [`Options::feature_groups`] asked for them; `full` (see
+    /// [`FULL_FEATURE`]) enables all of them.
+    pub cargo_features: Vec<String>,
     /// What the code could not honour exactly, each with its location in
     /// the spec (a `pattern` that is not ECMA-262): front ends print these
     /// as warnings.
@@ -43,6 +54,10 @@ pub enum GenerateError {
     #[error("generated code does not parse ({0}); please report this with the spec")]
     Unparsable(String),
 }
+
+/// The feature of a gated crate that enables every resource group, and the
+/// types no operation uses; a gated crate's `default` enables it.
+pub const FULL_FEATURE: &str = features::FULL;
 
 /// The first line of every generated file.
 pub const HEADER: &str =
@@ -130,6 +145,9 @@ pub fn allow_attribute(inner: bool) -> String {
 pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateError> {
     let mut space = types::TypeSpace::new(model);
     space.server = options.server;
+    if options.feature_groups && options.client && !options.server {
+        space.features = Some(features::Features::new());
+    }
     let client = if options.client {
         client::emit(model, &mut space)
     } else {
@@ -157,10 +175,16 @@ pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateE
         .into_iter()
         .filter_map(|(name, on)| on.then_some(name))
         .collect();
+    let cargo_features = space
+        .features
+        .as_ref()
+        .map(features::Features::names)
+        .unwrap_or_default();
     Ok(Generated {
         items,
         lines,
         features,
+        cargo_features,
         notes: space.notes,
     })
 }

@@ -667,3 +667,92 @@ fn generate_narrows_to_tags_and_operations() {
     );
     assert!(!code.contains("pub struct Unused"));
 }
+
+/// A whole-API crate puts each resource group behind a cargo feature, and
+/// each type behind the groups that reach it. The crate compiles, warnings
+/// denied, with every feature, with none, and with each group alone.
+#[test]
+fn resource_groups_are_features_that_compile_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = std::fs::canonicalize("../idem-runtime").unwrap();
+    let target = std::fs::canonicalize("..")
+        .unwrap()
+        .join("target/feature-groups");
+    for (spec, groups) in [
+        ("tagged.yaml", &["catalog", "customers", "orders"][..]),
+        (
+            "shop.yaml",
+            &[
+                "blobs", "charges", "health", "notes", "orders", "refunds", "uploads",
+            ][..],
+        ),
+    ] {
+        let out = dir.path().join(spec.trim_end_matches(".yaml"));
+        let o = idem(&[
+            "generate",
+            &fixture(spec),
+            "--client",
+            "--out",
+            out.to_str().unwrap(),
+            "--runtime-path",
+            runtime.to_str().unwrap(),
+        ]);
+        assert_eq!(o.code, EXIT_CLEAN, "{spec}: {}", o.stderr);
+        let manifest = std::fs::read_to_string(out.join("Cargo.toml")).unwrap();
+        let full = groups
+            .iter()
+            .map(|g| format!("{g:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        assert!(
+            manifest.contains(&format!("default = [\"full\"]\nfull = [{full}]\n")),
+            "{spec}: {manifest}"
+        );
+        let mut configs: Vec<Vec<&str>> = vec![vec![], vec!["--no-default-features"]];
+        configs.extend(
+            groups
+                .iter()
+                .map(|g| vec!["--no-default-features", "--features", g]),
+        );
+        for config in configs {
+            let check = std::process::Command::new(env!("CARGO"))
+                .args(["check", "--quiet", "--message-format=short"])
+                .args(&config)
+                .current_dir(&out)
+                .env("CARGO_TARGET_DIR", &target)
+                .env("RUSTFLAGS", "-D warnings")
+                .output()
+                .unwrap();
+            assert!(
+                check.status.success(),
+                "{spec} {config:?}:\n{}",
+                String::from_utf8_lossy(&check.stderr)
+            );
+        }
+    }
+    // In the tagged store, `Money` is reached by every group and is not
+    // gated; `Problem` only by `orders`; `Unused` by no operation.
+    let code = std::fs::read_to_string(dir.path().join("tagged/src/lib.rs")).unwrap();
+    let gate_of = |item: &str| {
+        let at = code.find(item).unwrap_or_else(|| panic!("no {item}"));
+        let before = &code[..at];
+        let start = before.rfind("\n\n").unwrap_or(0);
+        before[start..]
+            .lines()
+            .find(|l| l.starts_with("#[cfg("))
+            .map(str::to_owned)
+    };
+    assert_eq!(gate_of("pub struct Money"), None);
+    assert_eq!(
+        gate_of("pub struct Problem").as_deref(),
+        Some("#[cfg(feature = \"orders\")]")
+    );
+    assert_eq!(
+        gate_of("pub struct Unused").as_deref(),
+        Some("#[cfg(feature = \"full\")]")
+    );
+    assert_eq!(
+        gate_of("pub struct CatalogClient").as_deref(),
+        Some("#[cfg(feature = \"catalog\")]")
+    );
+}

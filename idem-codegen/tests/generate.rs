@@ -26,6 +26,7 @@ fn client(path: &Path) -> String {
     let options = Options {
         client: true,
         server: false,
+        feature_groups: false,
     };
     crate_root(&generate(&model, &options).unwrap(), &model.title)
 }
@@ -35,6 +36,7 @@ fn server(path: &Path) -> String {
     let options = Options {
         client: false,
         server: true,
+        feature_groups: false,
     };
     crate_root(&generate(&model, &options).unwrap(), &model.title)
 }
@@ -45,6 +47,37 @@ fn fixture_clients_match_their_snapshots() {
         let code = client(&Path::new("../fixtures").join(format!("{name}.yaml")));
         insta::assert_snapshot!(format!("client__{name}"), code);
     }
+}
+
+/// A whole-API crate gated by its resource groups: each group's code behind
+/// its feature, each type behind the groups that reach it (`Money`, which
+/// every group reaches, is not gated; `Unused` is behind `full`).
+#[test]
+fn resource_groups_gate_the_whole_client() {
+    let model = model(Path::new("../fixtures/tagged.yaml"));
+    let options = Options {
+        client: true,
+        server: false,
+        feature_groups: true,
+    };
+    let generated = generate(&model, &options).unwrap();
+    assert_eq!(generated.cargo_features, ["catalog", "customers", "orders"]);
+    insta::assert_snapshot!(
+        "client__tagged_feature_groups",
+        crate_root(&generated, &model.title)
+    );
+    // With the server, every type is named by its `Api` trait: not gated.
+    let both = generate(
+        &model,
+        &Options {
+            client: true,
+            server: true,
+            feature_groups: true,
+        },
+    )
+    .unwrap();
+    assert!(both.cargo_features.is_empty());
+    assert!(!both.items.contains("#[cfg(feature"));
 }
 
 /// Part of an API: the operations of one tag, and only the schemas they
@@ -58,6 +91,7 @@ fn a_tag_filter_prunes_what_is_generated() {
     let options = Options {
         client: true,
         server: true,
+        feature_groups: false,
     };
     let code = crate_root(&generate(&model, &options).unwrap(), &model.title);
     for absent in [
@@ -199,6 +233,7 @@ fn every_corpus_document_generates_without_panicking() {
         let options = Options {
             client: true,
             server: true,
+            feature_groups: false,
         };
         let generated = generate(&model, &options).unwrap_or_else(|e| panic!("{path}: {e}"));
         assert!(generated.lines > 0, "{path}");
@@ -229,6 +264,7 @@ fn patterns_and_bounds_are_read_as_their_version_means_them() {
             &Options {
                 client: true,
                 server: false,
+                feature_groups: false,
             },
         )
         .unwrap();

@@ -212,6 +212,7 @@ pub fn client(input: TokenStream) -> TokenStream {
         idem_codegen::generate::Options {
             client: true,
             server: false,
+            feature_groups: false,
         },
         "generated_client",
     )
@@ -239,6 +240,7 @@ pub fn server(input: TokenStream) -> TokenStream {
         idem_codegen::generate::Options {
             client: false,
             server: true,
+            feature_groups: false,
         },
         "generated_server",
     )

@@ -21,6 +21,7 @@
 #![allow(rustdoc::invalid_html_tags, reason = "doc comments are the spec's own text")]
 #![allow(rustdoc::invalid_rust_codeblocks, reason = "doc comments are the spec's own text")]
 
+#[cfg(feature = "charges")]
 #[derive(
     Debug,
     Clone,
@@ -41,6 +42,7 @@ pub struct Charge {
     >,
 }
 
+#[cfg(feature = "notes")]
 #[derive(
     Debug,
     Clone,
@@ -53,6 +55,7 @@ pub struct CreateNoteRequestJson {
     pub text: ::std::string::String,
 }
 
+#[cfg(feature = "uploads")]
 #[derive(
     Debug,
     Clone,
@@ -66,6 +69,7 @@ pub struct CreateUploadRequest {
     pub file: ::idem_runtime::bytes::Bytes,
 }
 
+#[cfg(feature = "orders")]
 #[derive(
     Debug,
     Clone,
@@ -80,6 +84,7 @@ pub struct GetOrderFilter {
     pub status: ::std::option::Option<::std::string::String>,
 }
 
+#[cfg(feature = "health")]
 #[derive(
     Debug,
     Clone,
@@ -94,6 +99,7 @@ pub struct HealthResponse200 {
     pub ok: ::std::option::Option<bool>,
 }
 
+#[cfg(feature = "charges")]
 #[derive(
     Debug,
     Clone,
@@ -115,6 +121,7 @@ pub struct NewCharge {
     pub expand: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
 }
 
+#[cfg(feature = "charges")]
 #[derive(
     Debug,
     Clone,
@@ -131,6 +138,7 @@ pub struct NewChargeShipping {
     pub address: ::std::option::Option<NewChargeShippingAddress>,
 }
 
+#[cfg(feature = "charges")]
 #[derive(
     Debug,
     Clone,
@@ -147,6 +155,7 @@ pub struct NewChargeShippingAddress {
     pub city: ::std::option::Option<::std::string::String>,
 }
 
+#[cfg(feature = "orders")]
 #[derive(
     Debug,
     Clone,
@@ -165,6 +174,7 @@ pub struct NewOrder {
     pub note: ::std::option::Option<::std::string::String>,
 }
 
+#[cfg(feature = "orders")]
 #[derive(
     Debug,
     Clone,
@@ -189,6 +199,7 @@ pub struct Order {
     >,
 }
 
+#[cfg(feature = "orders")]
 ::idem_runtime::string_enum! {
     pub enum OrderStatus {
         Pending = "pending",
@@ -199,6 +210,9 @@ pub struct Order {
 }
 
 /// An RFC 9457 problem.
+#[cfg(
+    any(feature = "charges", feature = "notes", feature = "orders", feature = "uploads")
+)]
 #[derive(
     Debug,
     Clone,
@@ -217,6 +231,7 @@ pub struct Problem {
     pub code: ::std::option::Option<::std::string::String>,
 }
 
+#[cfg(feature = "refunds")]
 #[derive(
     Debug,
     Clone,
@@ -230,6 +245,7 @@ pub struct Refund {
     pub amount: i64,
 }
 
+#[cfg(feature = "uploads")]
 #[derive(
     Debug,
     Clone,
@@ -267,13 +283,15 @@ pub const RETRY_DEFAULTS: ::idem_runtime::client::support::Defaults = ::idem_run
 ///
 /// Operations are grouped by resource (the operation's first tag, or the first segment of its path), as `client.blobs().get(…)`:
 ///
-/// - [`Client::blobs`]: `/blobs`, 2 operations
-/// - [`Client::charges`]: `/charges`, 1 operation
-/// - [`Client::health`]: `/health`, 1 operation
-/// - [`Client::notes`]: `/notes`, 1 operation
-/// - [`Client::orders`]: `/orders`, 2 operations
-/// - [`Client::refunds`]: `/refunds`, 1 operation
-/// - [`Client::uploads`]: `/uploads`, 1 operation
+/// - [`Client::blobs`] (feature `blobs`): `/blobs`, 2 operations
+/// - [`Client::charges`] (feature `charges`): `/charges`, 1 operation
+/// - [`Client::health`] (feature `health`): `/health`, 1 operation
+/// - [`Client::notes`] (feature `notes`): `/notes`, 1 operation
+/// - [`Client::orders`] (feature `orders`): `/orders`, 2 operations
+/// - [`Client::refunds`] (feature `refunds`): `/refunds`, 1 operation
+/// - [`Client::uploads`] (feature `uploads`): `/uploads`, 1 operation
+///
+/// Each group is a cargo feature of this crate, and a type is compiled when a group that uses it is on. `default` turns on `full`, which turns on every group and the types no operation uses; a crate that calls a few resources depends on this one with `default-features = false` and their features.
 #[derive(Debug, Clone)]
 pub struct Client {
     inner: ::idem_runtime::client::support::ApiClient,
@@ -330,42 +348,50 @@ impl Client {
     }
 
     /// The operations on `/blobs`: 2, each a method of [`BlobsClient`].
+    #[cfg(feature = "blobs")]
     pub fn blobs(&self) -> BlobsClient<'_> {
         BlobsClient { client: self }
     }
 
     /// The operations on `/charges`: 1, each a method of [`ChargesClient`].
+    #[cfg(feature = "charges")]
     pub fn charges(&self) -> ChargesClient<'_> {
         ChargesClient { client: self }
     }
 
     /// The operations on `/health`: 1, each a method of [`HealthClient`].
+    #[cfg(feature = "health")]
     pub fn health(&self) -> HealthClient<'_> {
         HealthClient { client: self }
     }
 
     /// The operations on `/notes`: 1, each a method of [`NotesClient`].
+    #[cfg(feature = "notes")]
     pub fn notes(&self) -> NotesClient<'_> {
         NotesClient { client: self }
     }
 
     /// The operations on `/orders`: 2, each a method of [`OrdersClient`].
+    #[cfg(feature = "orders")]
     pub fn orders(&self) -> OrdersClient<'_> {
         OrdersClient { client: self }
     }
 
     /// The operations on `/refunds`: 1, each a method of [`RefundsClient`].
+    #[cfg(feature = "refunds")]
     pub fn refunds(&self) -> RefundsClient<'_> {
         RefundsClient { client: self }
     }
 
     /// The operations on `/uploads`: 1, each a method of [`UploadsClient`].
+    #[cfg(feature = "uploads")]
     pub fn uploads(&self) -> UploadsClient<'_> {
         UploadsClient { client: self }
     }
 }
 
 /// `GET /blobs/{name}`: its retry class, key and policy.
+#[cfg(feature = "blobs")]
 const OP_GET_BLOB: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "getBlob",
@@ -376,6 +402,7 @@ const OP_GET_BLOB: ::idem_runtime::client::support::OperationSpec = ::idem_runti
     retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
+#[cfg(feature = "blobs")]
 fn decode_get_blob(
     raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
@@ -389,6 +416,7 @@ fn decode_get_blob(
 }
 
 /// A `204` response with its documented headers.
+#[cfg(feature = "blobs")]
 #[derive(Debug, Clone, PartialEq)]
 pub struct PutBlobResponse {
     /// The `ETag` response header.
@@ -396,6 +424,7 @@ pub struct PutBlobResponse {
 }
 
 /// `PUT /blobs/{name}`: its retry class, key and policy.
+#[cfg(feature = "blobs")]
 const OP_PUT_BLOB: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "putBlob",
@@ -406,6 +435,7 @@ const OP_PUT_BLOB: ::idem_runtime::client::support::OperationSpec = ::idem_runti
     retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
+#[cfg(feature = "blobs")]
 fn decode_put_blob(
     raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
@@ -423,11 +453,13 @@ fn decode_put_blob(
 }
 
 /// The operations on `/blobs`, from [`Client::blobs`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[cfg(feature = "blobs")]
 #[derive(Debug, Clone, Copy)]
 pub struct BlobsClient<'a> {
     client: &'a Client,
 }
 
+#[cfg(feature = "blobs")]
 impl<'a> BlobsClient<'a> {
     /// `GET /blobs/{name}`
     ///
@@ -470,6 +502,7 @@ impl<'a> BlobsClient<'a> {
     }
 }
 
+#[cfg(feature = "charges")]
 fn body_create_charge(
     request: &mut ::idem_runtime::client::support::Request,
     body: &NewCharge,
@@ -478,6 +511,7 @@ fn body_create_charge(
 }
 
 /// A `503` response with its documented headers.
+#[cfg(feature = "charges")]
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreateChargeErrorServiceUnavailable {
     /// The `Retry-After` response header.
@@ -485,6 +519,7 @@ pub struct CreateChargeErrorServiceUnavailable {
 }
 
 /// The documented error responses.
+#[cfg(feature = "charges")]
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreateChargeError {
     /// `400`
@@ -500,6 +535,7 @@ pub enum CreateChargeError {
 }
 
 /// `POST /charges`: its retry class, key and policy.
+#[cfg(feature = "charges")]
 const OP_CREATE_CHARGE: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "createCharge",
@@ -510,6 +546,7 @@ const OP_CREATE_CHARGE: ::idem_runtime::client::support::OperationSpec = ::idem_
     retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
+#[cfg(feature = "charges")]
 fn decode_create_charge(
     raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
@@ -534,11 +571,13 @@ fn decode_create_charge(
 }
 
 /// The operations on `/charges`, from [`Client::charges`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[cfg(feature = "charges")]
 #[derive(Debug, Clone, Copy)]
 pub struct ChargesClient<'a> {
     client: &'a Client,
 }
 
+#[cfg(feature = "charges")]
 impl<'a> ChargesClient<'a> {
     /// Charge a card.
     ///
@@ -571,6 +610,7 @@ impl<'a> ChargesClient<'a> {
 }
 
 /// A `503` response with its documented headers.
+#[cfg(feature = "health")]
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthError {
     /// The `Retry-After` response header.
@@ -578,6 +618,7 @@ pub struct HealthError {
 }
 
 /// `GET /health`: its retry class, key and policy.
+#[cfg(feature = "health")]
 const OP_HEALTH: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "health",
@@ -588,6 +629,7 @@ const OP_HEALTH: ::idem_runtime::client::support::OperationSpec = ::idem_runtime
     retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
+#[cfg(feature = "health")]
 fn decode_health(
     raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
@@ -606,11 +648,13 @@ fn decode_health(
 }
 
 /// The operations on `/health`, from [`Client::health`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[cfg(feature = "health")]
 #[derive(Debug, Clone, Copy)]
 pub struct HealthClient<'a> {
     client: &'a Client,
 }
 
+#[cfg(feature = "health")]
 impl<'a> HealthClient<'a> {
     /// `GET /health`
     ///
@@ -627,6 +671,7 @@ impl<'a> HealthClient<'a> {
 }
 
 /// The request body, in one of the media types the operation accepts.
+#[cfg(feature = "notes")]
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreateNoteBody {
     /// `application/json`
@@ -636,6 +681,7 @@ pub enum CreateNoteBody {
 }
 
 /// A `503` response with its documented headers.
+#[cfg(feature = "notes")]
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreateNoteErrorServiceUnavailable {
     /// The `Retry-After` response header.
@@ -643,6 +689,7 @@ pub struct CreateNoteErrorServiceUnavailable {
 }
 
 /// The documented error responses.
+#[cfg(feature = "notes")]
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreateNoteError {
     /// `400`
@@ -658,6 +705,7 @@ pub enum CreateNoteError {
 }
 
 /// `POST /notes`: its retry class, key and policy.
+#[cfg(feature = "notes")]
 const OP_CREATE_NOTE: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "createNote",
@@ -668,6 +716,7 @@ const OP_CREATE_NOTE: ::idem_runtime::client::support::OperationSpec = ::idem_ru
     retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
+#[cfg(feature = "notes")]
 fn decode_create_note(
     raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
@@ -692,11 +741,13 @@ fn decode_create_note(
 }
 
 /// The operations on `/notes`, from [`Client::notes`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[cfg(feature = "notes")]
 #[derive(Debug, Clone, Copy)]
 pub struct NotesClient<'a> {
     client: &'a Client,
 }
 
+#[cfg(feature = "notes")]
 impl<'a> NotesClient<'a> {
     /// Add a note, as JSON or as text.
     ///
@@ -728,6 +779,7 @@ impl<'a> NotesClient<'a> {
 }
 
 /// A `201` response with its documented headers.
+#[cfg(feature = "orders")]
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreateOrderResponse {
     /// The response body.
@@ -737,6 +789,7 @@ pub struct CreateOrderResponse {
 }
 
 /// A `503` response with its documented headers.
+#[cfg(feature = "orders")]
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreateOrderErrorServiceUnavailable {
     /// The `Retry-After` response header.
@@ -744,6 +797,7 @@ pub struct CreateOrderErrorServiceUnavailable {
 }
 
 /// A `429` response with its documented headers.
+#[cfg(feature = "orders")]
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreateOrderErrorTooManyRequests {
     /// The `Retry-After` response header.
@@ -751,6 +805,7 @@ pub struct CreateOrderErrorTooManyRequests {
 }
 
 /// The documented error responses.
+#[cfg(feature = "orders")]
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreateOrderError {
     /// `503`
@@ -768,6 +823,7 @@ pub enum CreateOrderError {
 }
 
 /// `POST /orders`: its retry class, key and policy.
+#[cfg(feature = "orders")]
 const OP_CREATE_ORDER: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "createOrder",
@@ -778,6 +834,7 @@ const OP_CREATE_ORDER: ::idem_runtime::client::support::OperationSpec = ::idem_r
     retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
+#[cfg(feature = "orders")]
 fn decode_create_order(
     raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
@@ -817,6 +874,7 @@ fn decode_create_order(
 }
 
 /// Query, header and cookie parameters of [`OrdersClient::get`].
+#[cfg(feature = "orders")]
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct GetOrderParams {
     /// `expand` (query parameter).
@@ -828,6 +886,7 @@ pub struct GetOrderParams {
 }
 
 /// A `429` response with its documented headers.
+#[cfg(feature = "orders")]
 #[derive(Debug, Clone, PartialEq)]
 pub struct GetOrderErrorTooManyRequests {
     /// The `Retry-After` response header.
@@ -835,6 +894,7 @@ pub struct GetOrderErrorTooManyRequests {
 }
 
 /// The documented error responses.
+#[cfg(feature = "orders")]
 #[derive(Debug, Clone, PartialEq)]
 pub enum GetOrderError {
     /// `404`
@@ -844,6 +904,7 @@ pub enum GetOrderError {
 }
 
 /// `GET /orders/{id}`: its retry class, key and policy.
+#[cfg(feature = "orders")]
 const OP_GET_ORDER: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "getOrder",
@@ -854,6 +915,7 @@ const OP_GET_ORDER: ::idem_runtime::client::support::OperationSpec = ::idem_runt
     retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
+#[cfg(feature = "orders")]
 fn decode_get_order(
     raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
@@ -875,11 +937,13 @@ fn decode_get_order(
 }
 
 /// The operations on `/orders`, from [`Client::orders`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[cfg(feature = "orders")]
 #[derive(Debug, Clone, Copy)]
 pub struct OrdersClient<'a> {
     client: &'a Client,
 }
 
+#[cfg(feature = "orders")]
 impl<'a> OrdersClient<'a> {
     /// Place an order.
     ///
@@ -936,6 +1000,7 @@ impl<'a> OrdersClient<'a> {
 }
 
 /// `POST /refunds`: its retry class, key and policy.
+#[cfg(feature = "refunds")]
 const OP_CREATE_REFUND: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
             "createRefund",
@@ -947,6 +1012,7 @@ const OP_CREATE_REFUND: ::idem_runtime::client::support::OperationSpec = ::idem_
     retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
+#[cfg(feature = "refunds")]
 fn decode_create_refund(
     raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
@@ -960,11 +1026,13 @@ fn decode_create_refund(
 }
 
 /// The operations on `/refunds`, from [`Client::refunds`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[cfg(feature = "refunds")]
 #[derive(Debug, Clone, Copy)]
 pub struct RefundsClient<'a> {
     client: &'a Client,
 }
 
+#[cfg(feature = "refunds")]
 impl<'a> RefundsClient<'a> {
     /// Refund an order.
     ///
@@ -986,6 +1054,7 @@ impl<'a> RefundsClient<'a> {
     }
 }
 
+#[cfg(feature = "uploads")]
 fn multipart_create_upload(
     body: &CreateUploadRequest,
 ) -> ::idem_runtime::client::support::Multipart {
@@ -996,6 +1065,7 @@ fn multipart_create_upload(
 }
 
 /// A `503` response with its documented headers.
+#[cfg(feature = "uploads")]
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreateUploadErrorServiceUnavailable {
     /// The `Retry-After` response header.
@@ -1003,6 +1073,7 @@ pub struct CreateUploadErrorServiceUnavailable {
 }
 
 /// The documented error responses.
+#[cfg(feature = "uploads")]
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreateUploadError {
     /// `400`
@@ -1018,6 +1089,7 @@ pub enum CreateUploadError {
 }
 
 /// `POST /uploads`: its retry class, key and policy.
+#[cfg(feature = "uploads")]
 const OP_CREATE_UPLOAD: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
         "createUpload",
@@ -1028,6 +1100,7 @@ const OP_CREATE_UPLOAD: ::idem_runtime::client::support::OperationSpec = ::idem_
     retry: ::idem_runtime::client::support::PolicyOverride::NONE,
 };
 
+#[cfg(feature = "uploads")]
 fn decode_create_upload(
     raw: &::idem_runtime::client::support::Raw,
 ) -> ::std::result::Result<
@@ -1052,11 +1125,13 @@ fn decode_create_upload(
 }
 
 /// The operations on `/uploads`, from [`Client::uploads`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+#[cfg(feature = "uploads")]
 #[derive(Debug, Clone, Copy)]
 pub struct UploadsClient<'a> {
     client: &'a Client,
 }
 
+#[cfg(feature = "uploads")]
 impl<'a> UploadsClient<'a> {
     /// Upload a file.
     ///

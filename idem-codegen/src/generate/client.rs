@@ -16,6 +16,7 @@ mod groups;
 
 use groups::{groups, member_names};
 
+use super::features;
 use super::naming::{self, Namer};
 use super::types::{Site, Ty, TypeDef, TypeSpace, doc_attrs, ident};
 use crate::model::schema::Kind;
@@ -50,7 +51,12 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
     let mut accessors = Vec::new();
     let mut listing = Vec::new();
     let mut example = None;
-    for group in groups(model) {
+    let groups = groups(model);
+    // One group is the whole client: a feature for it would gate nothing.
+    if groups.len() < 2 {
+        space.features = None;
+    }
+    for group in groups {
         // A group named like one of the client's own methods (`new`) says
         // what it is rather than taking a number.
         let alternative = format!("{}_api", group.key.trim_start_matches("r#"));
@@ -66,18 +72,24 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
         let accessor_ident = ident(&accessor);
         let ty_ident = ident(&ty_name);
         let bare = accessor.trim_start_matches("r#");
+        let feature = space.features.as_mut().map(|f| f.feature_for(&accessor));
+        let mut group_items = Vec::new();
         let mut members = Vec::new();
         for (op, name) in group.ops.iter().zip(member_names(&group)) {
             example.get_or_insert_with(|| format!("client.{accessor}().{name}(…)"));
             let helper = helpers.unique(&naming::snake(&op.name, "call"));
             let owner = format!("{ty_name}::{}", name.trim_start_matches("r#"));
             let (item, body) = operation(model, space, op, &name, &helper, &owner, &root_policy);
-            items.push(item);
+            group_items.push(item);
             members.push(body);
         }
         let count = group.ops.len();
+        let needs = feature
+            .as_deref()
+            .map(|f| format!(" (feature `{f}`)"))
+            .unwrap_or_default();
         listing.push(format!(
-            "- [`Client::{bare}`]: {}, {count} operation{}",
+            "- [`Client::{bare}`]{needs}: {}, {count} operation{}",
             group.origin,
             if count == 1 { "" } else { "s" }
         ));
@@ -85,8 +97,10 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             "The operations on {}: {count}, each a method of [`{ty_name}`].",
             group.origin
         ));
+        let gate = feature.as_deref().map(|f| features::cfg(&[f]));
         accessors.push(quote! {
             #accessor_doc
+            #gate
             pub fn #accessor_ident(&self) -> #ty_ident<'_> {
                 #ty_ident { client: self }
             }
@@ -96,7 +110,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
              cheap to make, and calls through it share the client's pool and retry budget.",
             group.origin
         ));
-        items.push(quote! {
+        group_items.push(quote! {
             #ty_doc
             #[derive(Debug, Clone, Copy)]
             pub struct #ty_ident<'a> {
@@ -107,6 +121,14 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
                 #(#members)*
             }
         });
+        let code: TokenStream = group_items.into_iter().collect();
+        match (space.features.as_mut(), gate, feature) {
+            (Some(features), Some(gate), Some(feature)) => {
+                features.group(feature, &code);
+                items.push(features::gate_items(code, &gate));
+            }
+            _ => items.push(code),
+        }
     }
     let defaults = defaults(&root_policy);
     let title = if model.title.trim().is_empty() {
@@ -119,12 +141,27 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
          Every method states its retry class; keyed operations get an idempotency key minted once per \
          call and sent on every attempt.\n\n\
          Operations are grouped by resource (the operation's first tag, or the first segment of its \
-         path), as `{}`:\n\n{}",
+         path), as `{}`:\n\n{}{}",
         example
             .as_deref()
             .unwrap_or("client.resource().operation(…)"),
-        listing.join("\n")
+        listing.join("\n"),
+        if space.features.is_some() {
+            format!(
+                "\n\nEach group is a cargo feature of this crate, and a type is compiled when a \
+                 group that uses it is on. `default` turns on `{full}`, which turns on every group \
+                 and the types no operation uses; a crate that calls a few resources depends on \
+                 this one with `default-features = false` and their features.",
+                full = features::FULL
+            )
+        } else {
+            String::new()
+        }
     ));
+    if let Some(features) = space.features.as_mut() {
+        let shared: TokenStream = auth.iter().cloned().collect();
+        features.shared(&shared);
+    }
     let base = model.servers.first().cloned().unwrap_or_default();
     let base_doc = if base.is_empty() {
         " The spec names no server: pass the base URL to `Client::new`.".to_owned()

@@ -158,6 +158,8 @@ pub(crate) struct TypeSpace<'m> {
     in_requests: Vec<bool>,
     /// Whether a server is generated: strict decoding matters only there.
     pub(crate) server: bool,
+    /// Resource groups as cargo features, when the client is gated by them.
+    pub(crate) features: Option<super::features::Features>,
 }
 
 /// One value an operation checks: where it is reported, its type, its
@@ -181,7 +183,7 @@ struct Deferred {
 const DEFERRED: &str = "__idem_deferred_check_";
 
 /// The attribute that marks a string enum for [`wrap_string_enums`].
-const STRING_ENUM: &str = "__idem_string_enum";
+pub(crate) const STRING_ENUM: &str = "__idem_string_enum";
 
 /// Formatted `code` with each enum marked `#[__idem_string_enum]` wrapped in
 /// `::idem_runtime::string_enum! { … }`: formatted as an item first, so its
@@ -272,6 +274,7 @@ impl<'m> TypeSpace<'m> {
             deferred: Vec::new(),
             in_requests: Vec::new(),
             server: false,
+            features: None,
         };
         // Named schemas claim their names before any inline type does: all
         // of them for the whole API, those the operations reach for a part.
@@ -304,6 +307,17 @@ impl<'m> TypeSpace<'m> {
         }
         self.settle();
         self.mark_validated();
+        if let Some(mut features) = self.features.take() {
+            let defs = &self.defs;
+            features.settle(defs, |index| {
+                let mut out = Vec::new();
+                if let Some(def) = defs.get(index) {
+                    body_reaches(&def.body, true, &mut out);
+                }
+                out
+            });
+            self.features = Some(features);
+        }
     }
 
     fn named_def(&mut self, id: SchemaRef) -> usize {
@@ -758,7 +772,11 @@ impl<'m> TypeSpace<'m> {
                 let strict = self.server && self.in_requests.get(i).copied().unwrap_or(false);
                 let def = self.render_def(d, strict);
                 let validate = self.render_validate(i, d);
-                quote!(#def #validate)
+                let gate = self.features.as_ref().and_then(|f| f.gate(i));
+                match gate {
+                    Some(gate) => super::features::gate_items(quote!(#def #validate), &gate),
+                    None => quote!(#def #validate),
+                }
             })
             .collect()
     }
