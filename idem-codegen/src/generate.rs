@@ -167,7 +167,7 @@ pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateE
     };
     let file =
         syn::parse2::<syn::File>(tokens).map_err(|e| GenerateError::Unparsable(e.to_string()))?;
-    let items = spaced(&types::wrap_string_enums(
+    let items = spaced(&types::wrap_macros(
         &space.resolve(&prettyplease::unparse(&file)),
     ));
     let lines = items.lines().count();
@@ -237,7 +237,7 @@ fn spaced(code: &str) -> String {
             || trimmed.starts_with("fn ")
             || trimmed.starts_with("const ")
             || trimmed.starts_with("impl")
-            || trimmed.starts_with("::idem_runtime::string_enum!");
+            || trimmed.starts_with("::idem_runtime::");
         if starts_item && ends_item && indent <= 4 && prev_indent == indent && !previous.is_empty()
         {
             out.push('\n');

@@ -22,181 +22,140 @@
 #![allow(rustdoc::invalid_rust_codeblocks, reason = "doc comments are the spec's own text")]
 
 #[cfg(feature = "charges")]
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub struct Charge {
-    pub id: ::std::string::String,
-    pub amount: i64,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub received: ::std::option::Option<
-        ::std::collections::BTreeMap<
-            ::std::string::String,
-            ::idem_runtime::serde_json::Value,
+::idem_runtime::object! {
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Charge {
+        #[json("id")]
+        pub id: ::std::string::String,
+        #[json("amount")]
+        pub amount: i64,
+        #[json("received", optional)]
+        pub received: ::std::option::Option<
+            ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::idem_runtime::serde_json::Value,
+            >,
         >,
-    >,
+    }
 }
 
 #[cfg(feature = "notes")]
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub struct CreateNoteRequestJson {
-    pub text: ::std::string::String,
+::idem_runtime::object! {
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CreateNoteRequestJson {
+        #[json("text")]
+        pub text: ::std::string::String,
+    }
 }
 
 #[cfg(feature = "uploads")]
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub struct CreateUploadRequest {
-    pub name: ::std::string::String,
-    pub file: ::idem_runtime::bytes::Bytes,
+::idem_runtime::object! {
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CreateUploadRequest {
+        #[json("name")]
+        pub name: ::std::string::String,
+        #[json("file")]
+        pub file: ::idem_runtime::bytes::Bytes,
+    }
 }
 
 #[cfg(feature = "orders")]
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Default,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub struct GetOrderFilter {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub status: ::std::option::Option<::std::string::String>,
+::idem_runtime::object! {
+    #[derive(Debug, Clone, PartialEq, Default)]
+    pub struct GetOrderFilter {
+        #[json("status", optional)]
+        pub status: ::std::option::Option<::std::string::String>,
+    }
 }
 
 #[cfg(feature = "health")]
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Default,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub struct HealthResponse200 {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub ok: ::std::option::Option<bool>,
+::idem_runtime::object! {
+    #[derive(Debug, Clone, PartialEq, Default)]
+    pub struct HealthResponse200 {
+        #[json("ok", optional)]
+        pub ok: ::std::option::Option<bool>,
+    }
 }
 
 #[cfg(feature = "charges")]
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub struct NewCharge {
-    pub amount: i64,
-    pub currency: ::std::string::String,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub metadata: ::std::option::Option<
-        ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
-    >,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub shipping: ::std::option::Option<NewChargeShipping>,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub expand: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+::idem_runtime::object! {
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct NewCharge {
+        #[json("amount")]
+        pub amount: i64,
+        #[json("currency")]
+        pub currency: ::std::string::String,
+        #[json("metadata", optional)]
+        pub metadata: ::std::option::Option<
+            ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
+        >,
+        #[json("shipping", optional)]
+        pub shipping: ::std::option::Option<NewChargeShipping>,
+        #[json("expand", optional)]
+        pub expand: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    }
 }
 
 #[cfg(feature = "charges")]
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Default,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub struct NewChargeShipping {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub name: ::std::option::Option<::std::string::String>,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub address: ::std::option::Option<NewChargeShippingAddress>,
+::idem_runtime::object! {
+    #[derive(Debug, Clone, PartialEq, Default)]
+    pub struct NewChargeShipping {
+        #[json("name", optional)]
+        pub name: ::std::option::Option<::std::string::String>,
+        #[json("address", optional)]
+        pub address: ::std::option::Option<NewChargeShippingAddress>,
+    }
 }
 
 #[cfg(feature = "charges")]
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Default,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub struct NewChargeShippingAddress {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub line1: ::std::option::Option<::std::string::String>,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub city: ::std::option::Option<::std::string::String>,
+::idem_runtime::object! {
+    #[derive(Debug, Clone, PartialEq, Default)]
+    pub struct NewChargeShippingAddress {
+        #[json("line1", optional)]
+        pub line1: ::std::option::Option<::std::string::String>,
+        #[json("city", optional)]
+        pub city: ::std::option::Option<::std::string::String>,
+    }
 }
 
 #[cfg(feature = "orders")]
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub struct NewOrder {
-    /// Stock-keeping unit.
-    pub sku: ::std::string::String,
-    pub quantity: i32,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub gift: ::std::option::Option<bool>,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub note: ::std::option::Option<::std::string::String>,
+::idem_runtime::object! {
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct NewOrder {
+        /// Stock-keeping unit.
+        #[json("sku")]
+        pub sku: ::std::string::String,
+        #[json("quantity")]
+        pub quantity: i32,
+        #[json("gift", optional)]
+        pub gift: ::std::option::Option<bool>,
+        #[json("note", optional)]
+        pub note: ::std::option::Option<::std::string::String>,
+    }
 }
 
 #[cfg(feature = "orders")]
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub struct Order {
-    /// Stock-keeping unit.
-    pub sku: ::std::string::String,
-    pub quantity: i32,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub gift: ::std::option::Option<bool>,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub note: ::std::option::Option<::std::string::String>,
-    pub id: i64,
-    pub status: OrderStatus,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub created: ::std::option::Option<
-        ::idem_runtime::chrono::DateTime<::idem_runtime::chrono::Utc>,
-    >,
+::idem_runtime::object! {
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Order {
+        /// Stock-keeping unit.
+        #[json("sku")]
+        pub sku: ::std::string::String,
+        #[json("quantity")]
+        pub quantity: i32,
+        #[json("gift", optional)]
+        pub gift: ::std::option::Option<bool>,
+        #[json("note", optional)]
+        pub note: ::std::option::Option<::std::string::String>,
+        #[json("id")]
+        pub id: i64,
+        #[json("status")]
+        pub status: OrderStatus,
+        #[json("created", optional)]
+        pub created: ::std::option::Option<
+            ::idem_runtime::chrono::DateTime<::idem_runtime::chrono::Utc>,
+        >,
+    }
 }
 
 #[cfg(feature = "orders")]
@@ -209,54 +168,44 @@ pub struct Order {
     }
 }
 
-/// An RFC 9457 problem.
 #[cfg(
     any(feature = "charges", feature = "notes", feature = "orders", feature = "uploads")
 )]
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub struct Problem {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub r#type: ::std::option::Option<::std::string::String>,
-    pub title: ::std::string::String,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub status: ::std::option::Option<i32>,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub code: ::std::option::Option<::std::string::String>,
+::idem_runtime::object! {
+    /// An RFC 9457 problem.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Problem {
+        #[json("type", optional)]
+        pub r#type: ::std::option::Option<::std::string::String>,
+        #[json("title")]
+        pub title: ::std::string::String,
+        #[json("status", optional)]
+        pub status: ::std::option::Option<i32>,
+        #[json("code", optional)]
+        pub code: ::std::option::Option<::std::string::String>,
+    }
 }
 
 #[cfg(feature = "refunds")]
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub struct Refund {
-    pub order: i64,
-    pub amount: i64,
+::idem_runtime::object! {
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Refund {
+        #[json("order")]
+        pub order: i64,
+        #[json("amount")]
+        pub amount: i64,
+    }
 }
 
 #[cfg(feature = "uploads")]
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    ::idem_runtime::serde::Serialize,
-    ::idem_runtime::serde::Deserialize
-)]
-#[serde(crate = "::idem_runtime::serde")]
-pub struct Upload {
-    pub name: ::std::string::String,
-    pub size: i64,
+::idem_runtime::object! {
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Upload {
+        #[json("name")]
+        pub name: ::std::string::String,
+        #[json("size")]
+        pub size: i64,
+    }
 }
 
 /// The first server the spec names.

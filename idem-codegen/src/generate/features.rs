@@ -137,8 +137,8 @@ pub(crate) fn cfg(features: &[&str]) -> TokenStream {
 }
 
 /// `items` with `attr` on each item: after its doc comments, so it reads
-/// as a person writes it, but first on a string enum, whose marker must
-/// stay first (the gate then sits outside its `string_enum!`).
+/// as a person writes it, but first on a string enum or an object, whose
+/// marker must stay first (the gate then sits outside its macro).
 pub(crate) fn gate_items(items: TokenStream, attr: &TokenStream) -> TokenStream {
     let Ok(file) = syn::parse2::<syn::File>(items.clone()) else {
         // Reported when the whole file fails to parse.
@@ -150,9 +150,16 @@ pub(crate) fn gate_items(items: TokenStream, attr: &TokenStream) -> TokenStream 
     let mut out = TokenStream::new();
     for mut item in file.items {
         if let Some(list) = attrs_mut(&mut item) {
-            let marker = list
-                .first()
-                .is_some_and(|a| a.path().is_ident(super::types::STRING_ENUM));
+            let marker = list.first().is_some_and(|a| {
+                [
+                    super::types::STRING_ENUM,
+                    super::types::OBJECT,
+                    super::types::CLOSED_OBJECT,
+                    super::types::ONE_OF,
+                ]
+                .iter()
+                .any(|m| a.path().is_ident(m))
+            });
             let at = if marker {
                 0
             } else {

@@ -182,22 +182,36 @@ struct Deferred {
 
 const DEFERRED: &str = "__idem_deferred_check_";
 
-/// The attribute that marks a string enum for [`wrap_string_enums`].
+/// The attribute that marks a string enum for [`wrap_macros`].
 pub(crate) const STRING_ENUM: &str = "__idem_string_enum";
 
+/// The attributes that mark an object struct for [`wrap_macros`].
+pub(crate) const OBJECT: &str = "__idem_object";
+pub(crate) const CLOSED_OBJECT: &str = "__idem_closed_object";
+
+/// The attribute that marks an untagged enum for [`wrap_macros`].
+pub(crate) const ONE_OF: &str = "__idem_one_of";
+
 /// Formatted `code` with each enum marked `#[__idem_string_enum]` wrapped in
-/// `::idem_runtime::string_enum! { … }`: formatted as an item first, so its
-/// doc comments and variants read as a person would write them.
-pub(crate) fn wrap_string_enums(code: &str) -> String {
-    let marker = format!("#[{STRING_ENUM}]");
+/// `::idem_runtime::string_enum! { … }`, and each struct marked
+/// `#[__idem_object]` (`#[__idem_closed_object]`) in `object! { … }`
+/// (`closed_object!`): formatted as an item first, so its doc comments,
+/// variants and fields read as a person would write them.
+pub(crate) fn wrap_macros(code: &str) -> String {
+    let markers = [
+        (format!("#[{STRING_ENUM}]"), "string_enum"),
+        (format!("#[{OBJECT}]"), "object"),
+        (format!("#[{CLOSED_OBJECT}]"), "closed_object"),
+        (format!("#[{ONE_OF}]"), "one_of"),
+    ];
     let mut out = String::with_capacity(code.len() + code.len() / 16);
     let mut open: Option<String> = None;
     for line in code.split_inclusive('\n') {
         let trimmed = line.trim_start();
         let indent = &line[..line.len() - trimmed.len()];
-        if trimmed.trim_end() == marker {
+        if let Some((_, name)) = markers.iter().find(|(m, _)| trimmed.trim_end() == m) {
             out.push_str(indent);
-            out.push_str("::idem_runtime::string_enum! {\n");
+            out.push_str(&format!("::idem_runtime::{name}! {{\n"));
             open = Some(indent.to_owned());
             continue;
         }
@@ -209,7 +223,10 @@ pub(crate) fn wrap_string_enums(code: &str) -> String {
                     out.push_str("    ");
                     out.push_str(line);
                 }
-                if trimmed.trim_end() == "}" && indent == outer {
+                // The item's closing brace, or an item with no fields,
+                // which prettyplease writes on one line (`pub struct A {}`).
+                let end = trimmed.trim_end();
+                if indent == outer && (end == "}" || end.ends_with(" {}")) {
                     out.push_str(outer);
                     out.push_str("}\n");
                     open = None;
@@ -1222,6 +1239,26 @@ impl<'m> TypeSpace<'m> {
                 closed,
             } => {
                 let all_optional = fields.iter().all(|f| f.optional) && extra.is_none();
+                if extra.is_none() {
+                    // Written as `object! { struct … }`, whose serde is a
+                    // fraction of the derives' code (see `wrap_macros`).
+                    let marker = if *closed {
+                        format_ident!("{CLOSED_OBJECT}")
+                    } else {
+                        format_ident!("{OBJECT}")
+                    };
+                    let default = all_optional.then(|| quote!(, Default));
+                    let fields = fields.iter().map(|f| self.render_object_field(f, strict));
+                    return quote! {
+                        #[#marker]
+                        #doc
+                        #deprecated
+                        #[derive(Debug, Clone, PartialEq #default)]
+                        pub struct #name {
+                            #(#fields)*
+                        }
+                    };
+                }
                 let closed = closed.then(|| quote!(#[serde(deny_unknown_fields)]));
                 let default = all_optional.then(|| quote!(Default,));
                 let fields = fields.iter().map(|f| self.render_field(f, strict));
@@ -1250,7 +1287,7 @@ impl<'m> TypeSpace<'m> {
                 // implements serde by hand through `as_str`: derived
                 // visitors for each of the thousands of enums of a large
                 // spec are most of what its types cost rustc. The enum is
-                // formatted as an item, then wrapped (see [`wrap_string_enums`]).
+                // formatted as an item, then wrapped (see [`wrap_macros`]).
                 let idents = variants.iter().map(|(v, _)| ident(v));
                 let wires = variants.iter().map(|(_, wire)| wire);
                 let marker = format_ident!("{STRING_ENUM}");
@@ -1304,6 +1341,33 @@ impl<'m> TypeSpace<'m> {
         }
     }
 
+    /// A field of an `object!`: `#[json("wire")]`, or `#[json("wire",
+    /// optional)]` on an `Option` (`optional, non_null` where a server
+    /// refuses an explicit `null`).
+    fn render_object_field(&self, field: &Field, strict: bool) -> TokenStream {
+        let ident = ident(&field.ident);
+        let doc = doc_attrs(&field.doc);
+        let deprecated = field.deprecated.then(|| quote!(#[deprecated]));
+        let wire = &field.wire;
+        let ty = self.tokens(&field.ty);
+        if field.optional {
+            let non_null = (strict && !field.nullable).then(|| quote!(, non_null));
+            quote! {
+                #doc
+                #[json(#wire, optional #non_null)]
+                #deprecated
+                pub #ident: ::std::option::Option<#ty>,
+            }
+        } else {
+            quote! {
+                #doc
+                #[json(#wire)]
+                #deprecated
+                pub #ident: #ty,
+            }
+        }
+    }
+
     fn render_field(&self, field: &Field, strict: bool) -> TokenStream {
         let ident = ident(&field.ident);
         let doc = doc_attrs(&field.doc);
@@ -1344,11 +1408,13 @@ impl<'m> TypeSpace<'m> {
             quote!(#vi(#ty),)
         });
         let Some(tag) = tag else {
+            // Written as `one_of! { enum … }` (see `wrap_macros`).
+            let marker = format_ident!("{ONE_OF}");
             return quote! {
+                #[#marker]
                 #doc
                 #deprecated
-                #[derive(Debug, Clone, PartialEq, ::idem_runtime::serde::Serialize, ::idem_runtime::serde::Deserialize)]
-                #[serde(crate = "::idem_runtime::serde", untagged)]
+                #[derive(Debug, Clone, PartialEq)]
                 pub enum #name {
                     #(#cases)*
                 }
