@@ -17,7 +17,7 @@ mod bench_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use idem_codegen::generate::{Options, generate};
 
@@ -101,64 +101,6 @@ fn child(spec: &Path, what: &str, out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The largest RSS (KiB) of `root` and its descendants right now.
-fn tree_rss_kib(root: u32) -> u64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let mut parents = std::collections::HashMap::new();
-    let mut rss = std::collections::HashMap::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
-            continue;
-        };
-        let field = |name: &str| {
-            status
-                .lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse::<u64>().ok())
-        };
-        parents.insert(pid, field("PPid:").unwrap_or(0) as u32);
-        rss.insert(pid, field("VmRSS:").unwrap_or(0));
-    }
-    let in_tree = |mut pid: u32| {
-        while pid > 1 {
-            if pid == root {
-                return true;
-            }
-            pid = parents.get(&pid).copied().unwrap_or(0);
-        }
-        false
-    };
-    rss.iter()
-        .filter(|(pid, _)| in_tree(**pid))
-        .map(|(_, kib)| *kib)
-        .max()
-        .unwrap_or(0)
-}
-
-/// Runs `command`, returning wall time and the largest process RSS seen.
-fn measured(command: &mut Command) -> anyhow::Result<(Duration, u64, bool)> {
-    let started = Instant::now();
-    let mut child = command.spawn()?;
-    let mut peak = 0;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok((started.elapsed(), peak, status.success()));
-        }
-        peak = peak.max(tree_rss_kib(child.id()));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     if let (Some("--one"), Some(spec), Some(what), Some(out)) = (
@@ -237,7 +179,7 @@ fn main() -> anyhow::Result<()> {
             .env("CARGO_TARGET_DIR", &target);
         c
     };
-    let (clean, clean_peak, ok) = measured(&mut build())?;
+    let (clean, clean_peak, ok) = bench_support::measured(&mut build())?;
     println!(
         "nexus clean, with dependencies: {:>6.1} s  peak {:>6.1} MB  {}",
         clean.as_secs_f64(),
@@ -248,7 +190,7 @@ fn main() -> anyhow::Result<()> {
     let lib = nexus.join("src/lib.rs");
     let source = std::fs::read_to_string(&lib)?;
     std::fs::write(&lib, format!("{source}\n"))?;
-    let (alone, alone_peak, ok) = measured(&mut build())?;
+    let (alone, alone_peak, ok) = bench_support::measured(&mut build())?;
     std::fs::write(&lib, source)?;
     println!(
         "nexus crate alone:              {:>6.1} s  peak {:>6.1} MB  {}",
