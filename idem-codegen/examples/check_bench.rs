@@ -11,10 +11,11 @@
 //!   is installed (`cargo install cargo-progenitor`).
 //!
 //! ```text
-//! cargo run --release -p idem-codegen --example check_bench [-- --runs N]
+//! cargo run --release -p idem-codegen --example check_bench [-- --runs N] [--idem BIN --out DIR]
 //! ```
 //!
-//! Crates go to `target/check-bench/`, sharing one target dir. Specs come
+//! Crates go to `target/check-bench/` (or `--out`), sharing one target dir.
+//! `--idem` generates with another build of the CLI, to compare versions. Specs come
 //! from `../shared/specs` (or `IDEM_SPECS_DIR`); a missing one is skipped,
 //! saying so.
 
@@ -46,9 +47,15 @@ fn main() -> anyhow::Result<()> {
     let specs = std::env::var_os("IDEM_SPECS_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("../shared/specs"));
-    let out = workspace.join("target/check-bench");
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .map(PathBuf::from)
+    };
+    let out = flag("--out").unwrap_or_else(|| workspace.join("target/check-bench"));
     let target = out.join("target");
-    let idem = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/idem");
+    let idem = flag("--idem").unwrap_or_else(|| workspace.join("target/release/idem"));
     if !idem.is_file() {
         anyhow::bail!(
             "build the CLI first: cargo build --release -p idem-codegen ({} is missing)",
