@@ -148,6 +148,23 @@ fn a_tag_filter_prunes_what_is_generated() {
 }
 
 #[test]
+fn repeated_inline_shapes_are_one_type() {
+    // `contact` and `backup_contact` of `NewOrder` are the same inline
+    // object, with the same inline enum: one struct and one enum, the first
+    // by name, and an alias for the other of each.
+    let code = client(Path::new("../fixtures/constraints.yaml"));
+    assert!(
+        code.contains("pub struct NewOrderBackupContact {"),
+        "{code}"
+    );
+    assert!(code.contains("pub enum NewOrderBackupContactChannel {"));
+    assert!(code.contains("pub type NewOrderContact = NewOrderBackupContact;"));
+    assert!(code.contains("pub type NewOrderContactChannel = NewOrderBackupContactChannel;"));
+    assert!(!code.contains("pub struct NewOrderContact "));
+    assert!(!code.contains("pub enum NewOrderContactChannel "));
+}
+
+#[test]
 fn fixture_servers_match_their_snapshots() {
     for name in [
         "shop",

@@ -937,8 +937,8 @@ pub(super) fn encoding_name(enc: Encoding) -> &'static str {
 /// as file parts, the rest as text.
 fn multipart_fn(space: &TypeSpace<'_>, ty: &Ty, name: &proc_macro2::Ident) -> TokenStream {
     let tokens = space.tokens(ty);
-    let fields = match ty {
-        Ty::Def(index) => match space.defs.get(*index) {
+    let fields = match space.plain(ty) {
+        Ty::Def(index) => match space.defs.get(index) {
             Some(TypeDef {
                 body: super::types::Body::Struct { fields, .. },
                 ..

@@ -322,6 +322,7 @@ impl<'m> TypeSpace<'m> {
                 *slot = built;
             }
         }
+        self.share_duplicates();
         self.settle();
         self.mark_validated();
         if let Some(mut features) = self.features.take() {
@@ -626,6 +627,7 @@ impl<'m> TypeSpace<'m> {
         if let Some(description) = &schema.description {
             parts.push(description.clone());
         }
+        parts.retain(|p| !p.trim().is_empty());
         let note = match &schema.kind {
             Kind::String(StringFormat::Byte) => Some("Base64-encoded bytes.".to_owned()),
             Kind::Const(value) => Some(format!("Always `{value}`.")),
@@ -727,6 +729,135 @@ impl<'m> TypeSpace<'m> {
             if let Some(def) = self.defs.get_mut(index) {
                 def.body = body;
             }
+        }
+    }
+
+    /// Makes each inline string enum, object or union that repeats another
+    /// exactly (the same values in the same order; the same fields with the
+    /// same types, docs and checks; the same variants) an alias of the
+    /// first, not a copy. Stripe repeats one list of values in dozens of
+    /// places and `""` alone in hundreds, and every copy costs rustc a type
+    /// and its impls. Named schemas keep their own types, and are the ones
+    /// aliased where they can be.
+    fn share_duplicates(&mut self) {
+        let named: std::collections::HashSet<usize> =
+            self.named.iter().flatten().copied().collect();
+        // The first by name is kept, so it reads before its aliases.
+        let mut order: Vec<usize> = (0..self.defs.len()).collect();
+        order.sort_by_key(|i| {
+            (
+                !named.contains(i),
+                self.defs.get(*i).map(|d| d.name.as_str()),
+            )
+        });
+        // Until nothing changes: an object becomes a copy of another once
+        // the enums and objects of its fields are shared.
+        loop {
+            let mut first: std::collections::HashMap<String, usize> =
+                std::collections::HashMap::new();
+            let mut shared = Vec::new();
+            for &index in &order {
+                let Some(shape) = self.shape(index) else {
+                    continue;
+                };
+                match first.entry(shape) {
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(index);
+                    }
+                    std::collections::hash_map::Entry::Occupied(slot) => {
+                        if !named.contains(&index) {
+                            shared.push((index, *slot.get()));
+                        }
+                    }
+                }
+            }
+            if shared.is_empty() {
+                break;
+            }
+            for (index, to) in shared {
+                if let Some(def) = self.defs.get_mut(index) {
+                    def.body = Body::Alias(Ty::Def(to));
+                }
+            }
+        }
+    }
+
+    /// What makes definition `index` the same type as another, for
+    /// [`TypeSpace::share_duplicates`]: string enums, objects and unions.
+    fn shape(&self, index: usize) -> Option<String> {
+        let def = self.defs.get(index)?;
+        match &def.body {
+            Body::Enum(variants) if def.checks.is_empty() => Some(format!("enum {variants:?}")),
+            Body::Struct {
+                fields,
+                extra,
+                closed,
+            } => {
+                let fields: Vec<String> = fields
+                    .iter()
+                    .map(|f| {
+                        format!(
+                            "{} {:?} {:?} {} {} {:?} {:?} {}",
+                            f.ident,
+                            f.wire,
+                            self.plain(&f.ty),
+                            f.optional,
+                            f.nullable,
+                            f.checks,
+                            f.doc,
+                            f.deprecated
+                        )
+                    })
+                    .collect();
+                let extra = extra.as_ref().map(|ty| self.plain(ty));
+                Some(format!(
+                    "struct {closed} {extra:?} {:?} {fields:?}",
+                    def.checks
+                ))
+            }
+            Body::OneOf { variants, tag } if def.checks.is_empty() => {
+                let variants: Vec<String> = variants
+                    .iter()
+                    .map(|v| {
+                        format!(
+                            "{} {:?} {:?} {:?}",
+                            v.ident,
+                            self.plain(&v.ty),
+                            v.tags,
+                            v.checks
+                        )
+                    })
+                    .collect();
+                Some(format!("one of {tag:?} {variants:?}"))
+            }
+            _ => None,
+        }
+    }
+
+    /// `ty` with every alias that checks nothing of its own seen through.
+    pub(crate) fn plain(&self, ty: &Ty) -> Ty {
+        self.plain_within(ty, 0)
+    }
+
+    /// [`TypeSpace::plain`], `depth` aliases in: an alias that names itself
+    /// (`A = Vec<A>`, before it becomes a newtype) is left as it is.
+    fn plain_within(&self, ty: &Ty, depth: usize) -> Ty {
+        const DEEPEST: usize = 32;
+        let inner = |ty: &Ty| Box::new(self.plain_within(ty, depth));
+        match ty {
+            Ty::Def(index) if depth < DEEPEST => match self.defs.get(*index) {
+                Some(TypeDef {
+                    body: Body::Alias(aliased),
+                    checks,
+                    ..
+                }) if checks.is_empty() => self.plain_within(aliased, depth + 1),
+                _ => ty.clone(),
+            },
+            Ty::Vec(item) => Ty::Vec(inner(item)),
+            Ty::Map(value) => Ty::Map(inner(value)),
+            Ty::Option(value) => Ty::Option(inner(value)),
+            Ty::Boxed(value) => Ty::Boxed(inner(value)),
+            other => other.clone(),
         }
     }
 

@@ -152,7 +152,9 @@ fn valid_order() -> Value {
         "ship_to": {"country": "DE", "ip": "192.0.2.1", "ip6": "2001:db8::1"},
         "payment": {"kind": "card", "last4": "4242"},
         "deliver_on": "2026-12-24",
-        "labels": {"a": "x"}
+        "labels": {"a": "x"},
+        "contact": {"email": "a@b.c", "channel": "sms"},
+        "backup_contact": {"email": "d@e.f"}
     })
 }
 
@@ -264,6 +266,17 @@ async fn every_keyword_is_a_400_naming_the_field_before_the_claim() {
                 "body.labels.a",
                 "maxLength",
             ),
+            // One struct for both, checked where each is.
+            (
+                with("/contact/email", json!("ab")),
+                "body.contact.email",
+                "minLength",
+            ),
+            (
+                with("/backup_contact/email", json!("ab")),
+                "body.backup_contact.email",
+                "minLength",
+            ),
         ];
         for (index, (body, field, keyword)) in cases.iter().enumerate() {
             let (status, answer) = post_json(base, &format!("k-{index}"), body).await;
@@ -282,6 +295,11 @@ async fn every_keyword_is_a_400_naming_the_field_before_the_claim() {
             (with("/deliver_on", json!("2026-13-01")), "body.deliver_on"),
             (with("/lines/0/colour", json!("red")), "body.lines[0]"),
             (with("/payment/kind", json!("cash")), "body.payment"),
+            (
+                with("/backup_contact/channel", json!("fax")),
+                "body.backup_contact",
+            ),
+            (with("/contact/channel", Value::Null), "body.contact"),
         ];
         for (index, (body, field)) in decoded.iter().enumerate() {
             let (status, answer) = post_json(base, &format!("d-{index}"), body).await;
