@@ -11,13 +11,8 @@ use std::path::{Path, PathBuf};
 
 use idem_codegen::cli::{EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, run};
 
-fn corpus() -> Option<PathBuf> {
-    let dir = std::env::var_os("IDEM_SPECS_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/specs"),
-        PathBuf::from,
-    );
-    dir.is_dir().then_some(dir)
-}
+mod corpus_support;
+use corpus_support::corpus;
 
 fn documents(dir: &Path, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
@@ -55,10 +50,7 @@ fn audit(path: &Path) -> (i32, String, String) {
 
 #[test]
 fn every_corpus_file_audits_or_fails_clearly() {
-    let Some(dir) = corpus() else {
-        eprintln!("skipped: ../shared/specs is absent (set IDEM_SPECS_DIR to point elsewhere)");
-        return;
-    };
+    let Some(dir) = corpus() else { return };
     let mut files = Vec::new();
     documents(&dir, &mut files);
     assert!(
@@ -92,10 +84,7 @@ fn every_corpus_file_audits_or_fails_clearly() {
 /// Facts checked against MANIFEST.tsv and the vendors' own documents.
 #[test]
 fn root_documents_are_modelled_faithfully() {
-    let Some(dir) = corpus() else {
-        eprintln!("skipped: ../shared/specs is absent (set IDEM_SPECS_DIR to point elsewhere)");
-        return;
-    };
+    let Some(dir) = corpus() else { return };
     let summary = |rel: &str| {
         let (code, stdout, stderr) = audit(&dir.join(rel));
         assert!(
@@ -178,10 +167,7 @@ fn root_documents_are_modelled_faithfully() {
 /// its file and starts at a token (positions survive the conversion).
 #[test]
 fn swagger_2_findings_have_real_positions() {
-    let Some(dir) = corpus() else {
-        eprintln!("skipped: ../shared/specs is absent (set IDEM_SPECS_DIR to point elsewhere)");
-        return;
-    };
+    let Some(dir) = corpus() else { return };
     for rel in [
         "slack/slack_web_openapi_v2.json",
         "netlify/swagger.yml",
@@ -238,10 +224,7 @@ fn swagger_2_findings_have_real_positions() {
 /// synthesis meets real schemas and never panics. Nothing is sent.
 #[test]
 fn probe_plans_every_root_document_or_refuses_clearly() {
-    let Some(dir) = corpus() else {
-        eprintln!("skipped: ../shared/specs is absent (set IDEM_SPECS_DIR to point elsewhere)");
-        return;
-    };
+    let Some(dir) = corpus() else { return };
     let manifest = std::fs::read_to_string(dir.join("MANIFEST.tsv")).unwrap();
     let mut planned = 0;
     for line in manifest.lines().skip(1) {

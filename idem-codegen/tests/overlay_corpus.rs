@@ -13,21 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod cli_support;
+mod corpus_support;
 use cli_support::idem;
+use corpus_support::corpus;
 use idem_codegen::cli::{EXIT_CLEAN, EXIT_FINDINGS};
-
-fn corpus() -> Option<PathBuf> {
-    let dir = std::env::var_os("IDEM_SPECS_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/specs"),
-        PathBuf::from,
-    );
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipped: ../shared/specs is absent (set IDEM_SPECS_DIR to point elsewhere)");
-        None
-    }
-}
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
