@@ -381,9 +381,11 @@ pub fn admit_route(
 
 /// What a handler knows of its request beyond its typed input: headers,
 /// URI and, behind the idempotency layer, the caller's scope and key.
+///
+/// Cheap to clone: clones share the request head.
 #[derive(Debug, Clone)]
 pub struct Context {
-    parts: Parts,
+    parts: std::sync::Arc<Parts>,
 }
 
 impl Context {
@@ -432,7 +434,8 @@ pub enum Style {
 /// its query pairs and its body.
 #[derive(Debug)]
 pub struct Inbound {
-    parts: Parts,
+    /// Shared with the handler's [`Context`], not copied for it.
+    parts: std::sync::Arc<Parts>,
     path: Vec<(String, String)>,
     query: Vec<(String, String)>,
     body: Bytes,
@@ -481,7 +484,7 @@ impl Inbound {
             })
             .unwrap_or_default();
         Ok(Inbound {
-            parts,
+            parts: std::sync::Arc::new(parts),
             path,
             query,
             body,
@@ -496,7 +499,7 @@ impl Inbound {
     /// The handler's [`Context`].
     pub fn context(&self) -> Context {
         Context {
-            parts: self.parts.clone(),
+            parts: std::sync::Arc::clone(&self.parts),
         }
     }
 
@@ -681,7 +684,7 @@ impl Inbound {
     /// The body as `multipart/form-data`: text parts fill fields by name,
     /// file parts fill byte fields.
     pub async fn multipart<T: DeserializeOwned>(&self) -> Result<T, Rejection> {
-        let request = Request::from_parts(self.parts.clone(), Body::from(self.body.clone()));
+        let request = Request::from_parts((*self.parts).clone(), Body::from(self.body.clone()));
         let mut form = axum::extract::Multipart::from_request(request, &())
             .await
             .map_err(|e| Rejection::invalid("body", e.body_text()))?;
