@@ -48,7 +48,7 @@ async fn claim_has_exactly_one_winner<DB: Backend>(store: Store<DB>) {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let mut tx = store.pool().begin().await.unwrap();
-            let won = DB::claim(&mut tx, &claim("acct", "k1", "fp", 1_000), WAIT)
+            let won = DB::claim(&mut tx, &claim("acct", "k1", "fp", 1_000), WAIT, None)
                 .await
                 .unwrap();
             tx.commit().await.unwrap();
@@ -65,7 +65,7 @@ async fn claim_has_exactly_one_winner<DB: Backend>(store: Store<DB>) {
     // Another scope is another key.
     let mut tx = store.pool().begin().await.unwrap();
     assert_eq!(
-        DB::claim(&mut tx, &claim("other", "k1", "fp", 1_000), WAIT)
+        DB::claim(&mut tx, &claim("other", "k1", "fp", 1_000), WAIT, None)
             .await
             .unwrap(),
         Some(1)
@@ -88,7 +88,7 @@ on_every_backend!(claim_has_exactly_one_winner);
 
 async fn complete_is_fenced_by_generation<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 10), WAIT)
+    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 10), WAIT, None)
         .await
         .unwrap()
         .unwrap();
@@ -123,7 +123,7 @@ on_every_backend!(complete_is_fenced_by_generation);
 
 async fn take_over_needs_a_stale_lock<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 1_000), WAIT)
+    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 1_000), WAIT, None)
         .await
         .unwrap()
         .unwrap();
@@ -169,7 +169,7 @@ on_every_backend!(take_over_needs_a_stale_lock);
 
 async fn a_failed_run_is_due_later_and_the_bound_ends_it<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let g = DB::claim(&mut tx, &phased_claim("a", "p", 1_000), WAIT)
+    let g = DB::claim(&mut tx, &phased_claim("a", "p", 1_000), WAIT, None)
         .await
         .unwrap()
         .unwrap();
@@ -254,7 +254,7 @@ async fn a_failed_run_is_due_later_and_the_bound_ends_it<DB: Backend>(store: Sto
     assert_eq!((listed[0].key.as_str(), listed[0].attempts), ("p", 3));
 
     // The age bound: a next run past `give_up_after` from the claim ends it too.
-    let g = DB::claim(&mut tx, &phased_claim("a", "old", 1_000), WAIT)
+    let g = DB::claim(&mut tx, &phased_claim("a", "old", 1_000), WAIT, None)
         .await
         .unwrap()
         .unwrap();
@@ -265,7 +265,7 @@ async fn a_failed_run_is_due_later_and_the_bound_ends_it<DB: Backend>(store: Sto
         Some(Rescheduled::Exhausted { attempts: 1 })
     );
     // And a takeover that finds a record past its bound ends it without a run.
-    let g = DB::claim(&mut tx, &phased_claim("a", "crashed", 1_000), WAIT)
+    let g = DB::claim(&mut tx, &phased_claim("a", "crashed", 1_000), WAIT, None)
         .await
         .unwrap()
         .unwrap();
@@ -283,7 +283,7 @@ on_every_backend!(a_failed_run_is_due_later_and_the_bound_ends_it);
 
 async fn expired_records_are_reclaimed_once<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let g = DB::claim(&mut tx, &claim("a", "k", "old", 1_000), WAIT)
+    let g = DB::claim(&mut tx, &claim("a", "k", "old", 1_000), WAIT, None)
         .await
         .unwrap()
         .unwrap();
@@ -341,7 +341,10 @@ async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
         request: Some(&request),
         now: 1_000,
     };
-    let g = DB::claim(&mut tx, &phased, WAIT).await.unwrap().unwrap();
+    let g = DB::claim(&mut tx, &phased, WAIT, None)
+        .await
+        .unwrap()
+        .unwrap();
     let intent = StepRecord {
         step: "charge".into(),
         status: StepStatus::Intent,
@@ -367,11 +370,11 @@ async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
     assert_eq!(record.request, Some(request.clone()));
     assert_eq!(record.operation.as_deref(), Some("checkout"));
     // A single-phase claim is never reported as abandoned: nothing could resume it.
-    DB::claim(&mut tx, &claim("a", "single", "fp", 1_000), WAIT)
+    DB::claim(&mut tx, &claim("a", "single", "fp", 1_000), WAIT, None)
         .await
         .unwrap()
         .unwrap();
-    let c = DB::claim(&mut tx, &claim("a", "done", "fp", 1_000), WAIT)
+    let c = DB::claim(&mut tx, &claim("a", "done", "fp", 1_000), WAIT, None)
         .await
         .unwrap()
         .unwrap();
@@ -442,7 +445,7 @@ async fn postgres_claim_wait_is_bounded_and_scoped_to_the_claim() {
 
     // The holder: claims and keeps its transaction open.
     let mut holder = app.pool().begin().await.unwrap();
-    let won = sqlx::Postgres::claim(&mut holder, &claim("a", "busy", "fp", 1_000), WAIT)
+    let won = sqlx::Postgres::claim(&mut holder, &claim("a", "busy", "fp", 1_000), WAIT, None)
         .await
         .unwrap();
     assert_eq!(won, Some(1));
@@ -451,8 +454,13 @@ async fn postgres_claim_wait_is_bounded_and_scoped_to_the_claim() {
     // The duplicate gives up after its bound instead of waiting for the holder.
     let mut duplicate = app.pool().begin().await.unwrap();
     let started = std::time::Instant::now();
-    let refused =
-        sqlx::Postgres::claim(&mut duplicate, &claim("a", "busy", "fp", 1_000), bound).await;
+    let refused = sqlx::Postgres::claim(
+        &mut duplicate,
+        &claim("a", "busy", "fp", 1_000),
+        bound,
+        None,
+    )
+    .await;
     assert!(
         matches!(refused, Err(StoreError::LockWaitExpired { waited }) if waited == bound),
         "{refused:?}"
@@ -471,14 +479,14 @@ async fn postgres_claim_wait_is_bounded_and_scoped_to_the_claim() {
         .execute(&mut *local)
         .await
         .unwrap();
-    let won = sqlx::Postgres::claim(&mut local, &claim("a", "local", "fp", 1_000), bound)
+    let won = sqlx::Postgres::claim(&mut local, &claim("a", "local", "fp", 1_000), bound, None)
         .await
         .unwrap();
     assert_eq!(won, Some(1));
     assert_eq!(setting(&mut local).await, "9s");
     local.commit().await.unwrap();
     let mut other = store.pool().begin().await.unwrap();
-    let won = sqlx::Postgres::claim(&mut other, &claim("a", "free", "fp", 1_000), bound)
+    let won = sqlx::Postgres::claim(&mut other, &claim("a", "free", "fp", 1_000), bound, None)
         .await
         .unwrap();
     assert_eq!(won, Some(1));
@@ -490,7 +498,7 @@ async fn postgres_claim_wait_is_bounded_and_scoped_to_the_claim() {
     // lifting it puts the pool's value back.
     holder.commit().await.unwrap();
     let mut after = app.pool().begin().await.unwrap();
-    let lost = sqlx::Postgres::claim(&mut after, &claim("a", "busy", "fp", 1_000), bound)
+    let lost = sqlx::Postgres::claim(&mut after, &claim("a", "busy", "fp", 1_000), bound, None)
         .await
         .unwrap();
     assert_eq!(lost, None);
@@ -503,6 +511,99 @@ async fn postgres_claim_wait_is_bounded_and_scoped_to_the_claim() {
     let mut plain = app.pool().begin().await.unwrap();
     sqlx::Postgres::lift_claim_bound(&mut plain).await.unwrap();
     assert_eq!(setting(&mut plain).await, "7s");
+}
+
+/// The placeholder a bounded claim keeps the transaction's own
+/// `lock_timeout` in: `None` where no claim on the connection ever set it.
+async fn kept_aside(conn: &mut sqlx::PgConnection) -> Option<String> {
+    sqlx::query_scalar("SELECT current_setting('idem.outer_lock_timeout', true)")
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+/// Connections opened with the duplicate wait as their `lock_timeout`
+/// claim with the plain insert: the wait is bounded by the connection and
+/// nothing is set. A claim with a bound of its own still carries it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_session_bound_claims_with_the_plain_insert() {
+    let Some((_, schema)) = support_server::postgres_with_schema("session_bound_claim").await
+    else {
+        return;
+    };
+    let url = support_server::postgres_url("session_bound_claim").unwrap();
+    let joint = if url.contains('?') { '&' } else { '?' };
+    let bound = Duration::from_millis(300);
+    let store = Store::connect_postgres_bounded(
+        &format!("{url}{joint}options[search_path]={schema}"),
+        4,
+        bound,
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.session_lock_wait(), Some(bound));
+    let session = store.session_lock_wait();
+
+    let mut holder = store.pool().begin().await.unwrap();
+    assert_eq!(setting(&mut holder).await, "300ms");
+    let won = sqlx::Postgres::claim(
+        &mut holder,
+        &claim("a", "busy", "fp", 1_000),
+        bound,
+        session,
+    )
+    .await
+    .unwrap();
+    assert_eq!(won, Some(1));
+    assert_eq!(kept_aside(&mut holder).await, None);
+    assert_eq!(setting(&mut holder).await, "300ms");
+
+    // A duplicate whose wait lost a few microseconds to its key's turn is
+    // still bounded by the connection: it gives up after 300ms.
+    let mut duplicate = store.pool().begin().await.unwrap();
+    let started = std::time::Instant::now();
+    let refused = sqlx::Postgres::claim(
+        &mut duplicate,
+        &claim("a", "busy", "fp", 1_000),
+        bound - Duration::from_micros(40),
+        session,
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(StoreError::LockWaitExpired { .. })),
+        "{refused:?}"
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    drop(duplicate);
+
+    // A claim with a longer bound of its own outwaits the connection's: the
+    // holder commits after 800ms and the claim finds its record.
+    let committer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        holder.commit().await.unwrap();
+    });
+    let mut patient = store.pool().begin().await.unwrap();
+    let started = std::time::Instant::now();
+    let lost = sqlx::Postgres::claim(
+        &mut patient,
+        &claim("a", "busy", "fp", 1_000),
+        Duration::from_secs(20),
+        session,
+    )
+    .await
+    .unwrap();
+    assert_eq!(lost, None);
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert_eq!(setting(&mut patient).await, "20s");
+    sqlx::Postgres::lift_claim_bound(&mut patient)
+        .await
+        .unwrap();
+    assert_eq!(setting(&mut patient).await, "300ms");
+    committer.await.unwrap();
 }
 
 /// Puts a store back at schema version 1, with one phased record in flight,

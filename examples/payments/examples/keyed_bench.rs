@@ -3,7 +3,9 @@
 //! atomic claim (`INSERT … ON CONFLICT DO NOTHING RETURNING`), the effect in
 //! the same transaction, the response stored with it, a fingerprint mismatch
 //! answered 409, the lock wait bounded by a `lock_timeout` set once per
-//! connection. Both serve keyed `POST /v1/charges` and unkeyed
+//! connection (idem's store through `Store::connect_postgres_bounded`, to
+//! the routes' duplicate wait). Every run starts both key tables empty.
+//! Both serve keyed `POST /v1/charges` and unkeyed
 //! `POST /v1/legacy-charges` over loopback, on SQLite and (with
 //! `IDEM_TEST_DATABASE_URL`) PostgreSQL. A fifth configuration runs the same
 //! charge over the idempotency layer with the claim at commit
@@ -11,8 +13,12 @@
 //!
 //! ```text
 //! cargo run --release -p payments-demo --example keyed_bench -- \
-//!     [--requests N] [--concurrency C] [--rounds R]
+//!     [--requests N] [--concurrency C] [--rounds R] [--store sqlite|postgres] \
+//!     [--only 1,2]
 //! ```
+//!
+//! `--store` runs one engine; `--only` runs only the numbered
+//! configurations (1–5 in the order of the tables), for a profiler.
 //!
 //! Every round runs the configurations one after another, in an order
 //! that alternates between rounds; the ratios are taken within each round
@@ -23,7 +29,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use idem_runtime::axum::extract::State;
 use idem_runtime::axum::http::HeaderMap;
@@ -437,6 +443,9 @@ async fn compare(
 ) {
     let run = format!("{:x}", now_ms());
     for (i, (config, _)) in CONFIGS.iter().enumerate() {
+        if !only().contains(&i) {
+            continue;
+        }
         let config = *config;
         drive(
             config.server(servers),
@@ -449,8 +458,9 @@ async fn compare(
     }
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); CONFIGS.len()];
     let mut errors = [0usize; CONFIGS.len()];
+    let chosen = only();
     for round in 0..rounds {
-        let mut order: Vec<usize> = (0..CONFIGS.len()).collect();
+        let mut order: Vec<usize> = (0..CONFIGS.len()).filter(|i| chosen.contains(i)).collect();
         if round % 2 == 1 {
             order.reverse();
         }
@@ -472,6 +482,9 @@ async fn compare(
     println!("| configuration | median req/s | errors |");
     println!("| --- | ---: | ---: |");
     for (i, (_, label)) in CONFIGS.iter().enumerate() {
+        if rates[i].is_empty() {
+            continue;
+        }
         let (_, median, _) = quartiles(&rates[i]);
         println!("| {label} | {median:.0} | {} |", errors[i]);
     }
@@ -488,6 +501,9 @@ async fn compare(
         ("idem claim at commit / hand-written keyed", ratio(4, 1)),
         ("idem claim at commit / idem unkeyed", ratio(4, 2)),
     ] {
+        if values.is_empty() {
+            continue;
+        }
         let (q1, median, q3) = quartiles(&values);
         println!("| {label} | {median:.3} | {q1:.3}–{q3:.3} |");
     }
@@ -553,13 +569,36 @@ async fn statement_counts(
     Ok(())
 }
 
-fn arg(name: &str, default: usize) -> usize {
+fn text_arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+fn arg(name: &str, default: usize) -> usize {
+    text_arg(name)
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// The configurations `--only` names (1-based), or all of them.
+fn only() -> Vec<usize> {
+    match text_arg("--only") {
+        Some(list) => list
+            .split(',')
+            .filter_map(|n| n.trim().parse::<usize>().ok())
+            .filter(|n| (1..=CONFIGS.len()).contains(n))
+            .map(|n| n - 1)
+            .collect(),
+        None => (0..CONFIGS.len()).collect(),
+    }
+}
+
+/// Whether `--store` leaves `engine` in.
+fn runs(engine: &str) -> bool {
+    text_arg("--store").is_none_or(|s| s == engine)
 }
 
 #[tokio::main]
@@ -591,29 +630,39 @@ async fn main() -> anyhow::Result<()> {
         reference: listen(reference_sqlite::router(pool)).await?,
         commit,
     };
-    compare("SQLite", servers, requests, concurrency, rounds).await;
+    if runs("sqlite") {
+        compare("SQLite", servers, requests, concurrency, rounds).await;
+    }
 
     match std::env::var("IDEM_TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => {
+        Ok(url) if !url.is_empty() && runs("postgres") => {
             let admin = PgPoolOptions::new()
                 .max_connections(1)
                 .connect(&url)
                 .await?;
-            for table in ["charges", "reference_keys"] {
+            // Both key tables start empty, so neither side pays for an
+            // index grown by earlier runs.
+            for table in [
+                "charges",
+                "reference_keys",
+                "idem_steps",
+                "idem_keys",
+                "idem_schema_migrations",
+            ] {
                 admin
                     .execute(format!("DROP TABLE IF EXISTS {table}").as_str())
                     .await?;
             }
             admin.execute(POSTGRES_SCHEMA).await?;
             admin.execute(REFERENCE_KEYS).await?;
-            let store = Store::connect_postgres(&url, 16).await?;
-            // The careful engineer's bound on the claim's wait: once per
-            // connection, at connect.
+            // Both bound a claim's wait for a duplicate once per connection,
+            // at connect: idem to the routes' duplicate wait (2s).
+            let store = Store::connect_postgres_bounded(&url, 16, Duration::from_secs(2)).await?;
             let pool = PgPoolOptions::new()
                 .max_connections(16)
                 .after_connect(|conn, _| {
                     Box::pin(async move {
-                        conn.execute("SET lock_timeout = '5s'").await?;
+                        conn.execute("SET lock_timeout = '2s'").await?;
                         Ok(())
                     })
                 })
@@ -630,8 +679,11 @@ async fn main() -> anyhow::Result<()> {
                 commit,
             };
             compare("PostgreSQL", servers, requests, concurrency, rounds).await;
-            statement_counts(&admin, servers, concurrency).await?;
+            if text_arg("--only").is_none() {
+                statement_counts(&admin, servers, concurrency).await?;
+            }
         }
+        _ if !runs("postgres") => {}
         _ => println!("\nPostgreSQL skipped: IDEM_TEST_DATABASE_URL is not set"),
     }
     Ok(())

@@ -305,7 +305,10 @@ pub async fn serve(
     resume: Option<ResumePolicy>,
 ) -> anyhow::Result<()> {
     if database_url.starts_with("postgres") {
-        let store = Store::connect_postgres(database_url, 16).await?;
+        // Every connection bounds its lock waits by the routes' duplicate
+        // wait (the default, 2s), so the claims themselves set nothing.
+        let wait = idem_runtime::server::Policy::new().duplicate_wait_bound();
+        let store = Store::connect_postgres_bounded(database_url, 16, wait).await?;
         // Servers starting together on one database would race to create
         // the table (PostgreSQL's `IF NOT EXISTS` is not safe under
         // concurrency): one of them at a time, under an advisory lock.

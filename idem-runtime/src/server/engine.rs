@@ -634,7 +634,8 @@ impl<DB: Backend> Idempotency<DB> {
                 .begin()
                 .await
                 .map_err(|e| err(e.into()))?;
-            match DB::claim(&mut tx, &claim, wait).await {
+            let session = self.inner.store.session_lock_wait();
+            match DB::claim(&mut tx, &claim, wait, session).await {
                 Ok(Some(generation)) => {
                     return Ok(Claim::Won(Won {
                         tx,
@@ -753,7 +754,9 @@ impl<DB: Backend> Idempotency<DB> {
     /// is a finished answer (replay, 202); `Err` a protocol error.
     ///
     /// `started` is when the request began waiting for its key, so time spent
-    /// queueing for the key's turn counts against an `in-flight: wait` bound.
+    /// queueing for the key's turn counts against an `in-flight: wait` bound
+    /// and the duplicate wait. (Time spent taking a pool connection is not
+    /// waiting for the key, and does not.)
     pub(crate) async fn claim(
         &self,
         prepared: &Prepared,
@@ -763,8 +766,9 @@ impl<DB: Backend> Idempotency<DB> {
     ) -> Result<Result<Won<DB>, Response>, IdempotencyError> {
         let bound = self.inner.policy.duplicate_wait_bound();
         let mut pause = Duration::from_millis(20);
+        let mut waited = started.elapsed();
         loop {
-            let wait = bound.saturating_sub(started.elapsed());
+            let wait = bound.saturating_sub(waited);
             match self.claim_once(prepared, key, resumable, wait).await? {
                 Claim::Won(won) => return Ok(Ok(won)),
                 Claim::Replay(stored) => return Ok(Err(stored.replay())),
@@ -789,6 +793,7 @@ impl<DB: Backend> Idempotency<DB> {
                         }
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(Duration::from_millis(500));
+                        waited = started.elapsed();
                     }
                 },
             }
@@ -857,8 +862,8 @@ impl<DB: Backend> Idempotency<DB> {
     /// `tx`; its response goes into the key row, inserted complete as the
     /// transaction's last statement. If the key already has a record, the
     /// handler's effect rolls back and the record answers (replay, reused
-    /// key, in flight). `started` is when the request began waiting for its
-    /// key: the wait on a concurrent duplicate's commit is bounded by what
+    /// key, in flight). `waited` is how long the request queued for its key's
+    /// turn: the wait on a concurrent duplicate's commit is bounded by what
     /// is left of the duplicate wait.
     ///
     /// [`ClaimAt::Commit`]: super::ClaimAt::Commit
@@ -868,16 +873,14 @@ impl<DB: Backend> Idempotency<DB> {
         prepared: &Prepared,
         key: &str,
         response: Response,
-        started: Instant,
+        waited: Duration,
     ) -> Response {
         let policy = &self.inner.policy;
         let (parts, stored) = match self.capture(response).await {
             Ok(captured) => captured,
             Err(send) => return send,
         };
-        let wait = policy
-            .duplicate_wait_bound()
-            .saturating_sub(started.elapsed());
+        let wait = policy.duplicate_wait_bound().saturating_sub(waited);
         for _ in 0..2 {
             let now = now_ms();
             let claim = NewClaim {
@@ -888,7 +891,8 @@ impl<DB: Backend> Idempotency<DB> {
                 request: None,
                 now,
             };
-            let record = match DB::claim_complete(&mut tx, &claim, &stored, wait).await {
+            let session = self.inner.store.session_lock_wait();
+            let record = match DB::claim_complete(&mut tx, &claim, &stored, wait, session).await {
                 Ok(Some(_)) => {
                     return match tx.commit().await {
                         Ok(()) => Response::from_parts(parts, Body::from(stored.body)),

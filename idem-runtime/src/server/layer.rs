@@ -334,6 +334,7 @@ where
                 Some(turn) => turn,
                 None => return idem.in_flight_answer(key, None),
             };
+            let waited = started.elapsed();
             let tx = match idem.store().pool().begin().await {
                 Ok(tx) => tx,
                 Err(e) => return idem.store_error(e.into()).into_response(),
@@ -343,7 +344,7 @@ where
                 Err(refusal) => return refusal,
             };
             return idem
-                .finish_at_commit(tx, &prepared, key, response, started)
+                .finish_at_commit(tx, &prepared, key, response, waited)
                 .await;
         }
         Some(key) => {

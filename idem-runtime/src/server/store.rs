@@ -216,10 +216,16 @@ pub trait Backend: sqlx::Database + Sized {
     /// [`Backend::lift_claim_bound`] lifts it before a record won some
     /// other way (re-claimed, taken over) goes to a handler. (SQLite never
     /// waits here: its one writer connection is held by whoever claimed.)
+    ///
+    /// `session` is the `lock_timeout` every connection of the pool already
+    /// runs with ([`Store::connect_postgres_bounded`]). When it is `wait`, to
+    /// the setting's millisecond, the claim is the plain insert and sets
+    /// nothing.
     fn claim<'a>(
         conn: &'a mut Self::Connection,
         claim: &'a NewClaim<'a>,
         wait: Duration,
+        session: Option<Duration>,
     ) -> BoxFuture<'a, Result<Option<i64>, StoreError>>;
 
     /// Puts back the lock wait the transaction had before a lost
@@ -237,13 +243,15 @@ pub trait Backend: sqlx::Database + Sized {
     /// insert waits for it to end; on PostgreSQL `wait` bounds that wait,
     /// after which the claim fails with [`StoreError::LockWaitExpired`] and
     /// the transaction is aborted. The bound is set by the statement itself
-    /// and stays for the rest of the transaction, which only commits, reads
-    /// the record or rolls back.
+    /// (unless `session` already is `wait`, as in [`Backend::claim`]) and
+    /// stays for the rest of the transaction, which only commits, reads the
+    /// record or rolls back.
     fn claim_complete<'a>(
         conn: &'a mut Self::Connection,
         claim: &'a NewClaim<'a>,
         response: &'a StoredResponse,
         wait: Duration,
+        session: Option<Duration>,
     ) -> BoxFuture<'a, Result<Option<i64>, StoreError>>;
 
     /// Deletes a complete record claimed before `created_before` and its
@@ -501,10 +509,24 @@ fn claimed(
     }
 }
 
-/// `wait` as a `lock_timeout` value: whole milliseconds, at least one
-/// (PostgreSQL reads 0 as no limit; the setting tops out at `i32::MAX` ms).
+/// `wait` in whole milliseconds, at least one (PostgreSQL reads 0 as no
+/// limit; the setting tops out at `i32::MAX` ms).
+fn lock_timeout_ms(wait: Duration) -> u128 {
+    wait.as_millis().clamp(1, i32::MAX as u128)
+}
+
+/// `wait` as a `lock_timeout` value.
 fn lock_timeout_setting(wait: Duration) -> String {
-    format!("{}ms", wait.as_millis().clamp(1, i32::MAX as u128))
+    format!("{}ms", lock_timeout_ms(wait))
+}
+
+/// Whether connections that run with `lock_timeout = session` already bound
+/// a claim's `wait`: the same value to the setting's resolution (a wait
+/// that lost microseconds to the key's turn still rounds up to it).
+fn session_bounds(session: Option<Duration>, wait: Duration) -> bool {
+    let ceil = wait.as_micros().div_ceil(1000).clamp(1, i32::MAX as u128);
+    session
+        .is_some_and(|session| (lock_timeout_ms(wait)..=ceil).contains(&lock_timeout_ms(session)))
 }
 
 /// SQLSTATE lock_not_available: a `lock_timeout` expired.
@@ -610,6 +632,11 @@ const POSTGRES_MIGRATIONS: &[Migration] = &[
         description: "resume schedule and the exhausted state",
         sql: include_str!("../../migrations/postgres/0002_resume_schedule.sql"),
     },
+    Migration {
+        version: 3,
+        description: "the state column without its CHECK constraint",
+        sql: include_str!("../../migrations/postgres/0003_state_unchecked.sql"),
+    },
 ];
 
 // Both engines serialize the migration run: SQLite through its single writer
@@ -713,9 +740,12 @@ macro_rules! impl_backend {
                 conn: &'a mut Self::Connection,
                 c: &'a NewClaim<'a>,
                 wait: Duration,
+                session: Option<Duration>,
             ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
                 Box::pin(async move {
-                    let ((single, phased), bounded) = $claims;
+                    let ((plain_single, plain_phased), bounding) = $claims;
+                    let bounded = bounding.filter(|_| !session_bounds(session, wait));
+                    let (single, phased) = bounded.unwrap_or((plain_single, plain_phased));
                     let statement = if c.operation.is_some() || c.request.is_some() {
                         sqlx::query_as::<_, (i64,)>(phased)
                             .bind(c.scope)
@@ -733,7 +763,7 @@ macro_rules! impl_backend {
                             .bind(c.fingerprint)
                             .bind(c.now)
                     };
-                    let statement = if bounded {
+                    let statement = if bounded.is_some() {
                         statement.bind(lock_timeout_setting(wait))
                     } else {
                         statement
@@ -747,9 +777,12 @@ macro_rules! impl_backend {
                 c: &'a NewClaim<'a>,
                 response: &'a StoredResponse,
                 wait: Duration,
+                session: Option<Duration>,
             ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
                 Box::pin(async move {
-                    let (statement, bounded) = $complete;
+                    let (plain, bounding) = $complete;
+                    let bounded = bounding.filter(|_| !session_bounds(session, wait));
+                    let statement = bounded.unwrap_or(plain);
                     let mut query = sqlx::query_as::<_, (i64,)>(statement)
                         .bind(c.scope)
                         .bind(c.key)
@@ -758,7 +791,7 @@ macro_rules! impl_backend {
                         .bind(i64::from(response.status))
                         .bind(response.headers_json())
                         .bind(response.body.as_ref());
-                    if bounded {
+                    if bounded.is_some() {
                         query = query.bind(lock_timeout_setting(wait));
                     }
                     claimed(query.fetch_optional(&mut *conn).await, wait)
@@ -1120,16 +1153,19 @@ impl_backend!(
     Sqlite,
     SQLITE_MIGRATIONS,
     SQLITE_MIGRATION_LOCK,
-    ((CLAIM, CLAIM_PHASED), false),
-    (CLAIM_COMPLETE, false),
+    ((CLAIM, CLAIM_PHASED), None::<(&'static str, &'static str)>),
+    (CLAIM_COMPLETE, None::<&'static str>),
     None::<&'static str>
 );
 impl_backend!(
     Postgres,
     POSTGRES_MIGRATIONS,
     POSTGRES_MIGRATION_LOCK,
-    ((CLAIM_POSTGRES, CLAIM_PHASED_POSTGRES), true),
-    (CLAIM_COMPLETE_POSTGRES, true),
+    (
+        (CLAIM, CLAIM_PHASED),
+        Some((CLAIM_POSTGRES, CLAIM_PHASED_POSTGRES))
+    ),
+    (CLAIM_COMPLETE, Some(CLAIM_COMPLETE_POSTGRES)),
     Some(LIFT_BOUND_POSTGRES)
 );
 
@@ -1149,6 +1185,9 @@ pub struct Store<DB: Backend> {
     /// Per-key turns in this process; shared by clones, like the pool whose
     /// connections it keeps duplicates from queueing for.
     gate: Arc<KeyGate>,
+    /// The `lock_timeout` every connection of the pool runs with, when the
+    /// store set it at connect.
+    session_lock_wait: Option<Duration>,
 }
 
 impl<DB: Backend> Clone for Store<DB> {
@@ -1156,6 +1195,7 @@ impl<DB: Backend> Clone for Store<DB> {
         Store {
             pool: self.pool.clone(),
             gate: Arc::clone(&self.gate),
+            session_lock_wait: self.session_lock_wait,
         }
     }
 }
@@ -1166,7 +1206,14 @@ impl<DB: Backend> Store<DB> {
         Store {
             pool,
             gate: Arc::default(),
+            session_lock_wait: None,
         }
+    }
+
+    /// The `lock_timeout` the pool's connections were opened with, if the
+    /// store set one ([`Store::connect_postgres_bounded`]).
+    pub fn session_lock_wait(&self) -> Option<Duration> {
+        self.session_lock_wait
     }
 
     pub(crate) fn gate(&self) -> &Arc<KeyGate> {
@@ -1206,6 +1253,7 @@ impl Store<Sqlite> {
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))
+            .test_before_acquire(false)
             .connect_with(options)
             .await?;
         Ok(Store::new(pool))
@@ -1215,12 +1263,62 @@ impl Store<Sqlite> {
 impl Store<Postgres> {
     /// Connects to PostgreSQL (or a Postgres-wire engine) with a pool of
     /// `max_connections`.
+    ///
+    /// Each claim bounds its own wait for a concurrent duplicate, inside its
+    /// insert, so the handlers' statements run with the connection's own
+    /// `lock_timeout`. [`Store::connect_postgres_bounded`] trades that for a
+    /// cheaper claim.
+    ///
+    /// A pooled connection is not pinged before each use: a connection that
+    /// died while idle fails the request's first statement, which is answered
+    /// `503` with `Retry-After` with nothing committed, and the pool drops it.
     pub async fn connect_postgres(url: &str, max_connections: u32) -> Result<Self, StoreError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(10))
+        let pool = Self::pool_options(max_connections).connect(url).await?;
+        Ok(Store::new(pool))
+    }
+
+    /// Connects like [`Store::connect_postgres`], and opens every connection
+    /// with `SET lock_timeout` to `duplicate_wait`. A claim whose wait for a
+    /// concurrent duplicate is that value (the default
+    /// [`Policy::duplicate_wait`](super::Policy::duplicate_wait) is 2s) is
+    /// then the plain insert: it sets and restores nothing, which is about a
+    /// tenth of the claim's cost in the database. Claims with another bound
+    /// (a route's own `duplicate_wait`, or `in-flight: wait`) still carry
+    /// theirs, as with [`Store::connect_postgres`].
+    ///
+    /// The price: every statement on these connections, the handlers' and
+    /// the unkeyed routes' included, gives up after waiting `duplicate_wait`
+    /// for a lock (SQLSTATE `55P03`, answered `503` with `Retry-After`, the
+    /// transaction rolled back).
+    pub async fn connect_postgres_bounded(
+        url: &str,
+        max_connections: u32,
+        duplicate_wait: Duration,
+    ) -> Result<Self, StoreError> {
+        let set = format!(
+            "SET lock_timeout = '{}'",
+            lock_timeout_setting(duplicate_wait)
+        );
+        let pool = Self::pool_options(max_connections)
+            .after_connect(move |conn, _| {
+                let set = set.clone();
+                Box::pin(async move {
+                    sqlx::Executor::execute(conn, set.as_str()).await?;
+                    Ok(())
+                })
+            })
             .connect(url)
             .await?;
-        Ok(Store::new(pool))
+        Ok(Store {
+            session_lock_wait: Some(duplicate_wait),
+            ..Store::new(pool)
+        })
+    }
+
+    fn pool_options(max_connections: u32) -> PgPoolOptions {
+        PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(10))
+            .test_before_acquire(false)
     }
 }

@@ -647,6 +647,10 @@ impl Inbound {
     /// read again with its whole-valued floats as integers, so the common
     /// case costs nothing.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, Rejection> {
+        // Where a body fails is tracked only once it has failed.
+        if let Ok(value) = crate::codec::strictly(|| serde_json::from_slice::<T>(&self.body)) {
+            return Ok(value);
+        }
         let de = &mut serde_json::Deserializer::from_slice(&self.body);
         let first = match crate::codec::strictly(|| serde_path_to_error::deserialize(de)) {
             Ok(value) => return Ok(value),
