@@ -1457,6 +1457,29 @@ async fn claim_at_commit_keeps_every_guarantee<DB: TestDb>(store: Store<DB>) {
 }
 on_every_backend!(claim_at_commit_keeps_every_guarantee);
 
+/// The same gates on connections that bound their own lock waits
+/// (`Store::connect_postgres_bounded`), where a claim at the route's
+/// duplicate wait is the plain insert.
+mod bounded_connections {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrency_gate() {
+        let wait = Policy::new().duplicate_wait_bound();
+        if let Some(store) = support_server::postgres_bounded("bounded_gate", wait).await {
+            super::concurrency_gate(store).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn claim_at_commit_keeps_every_guarantee() {
+        let wait = Duration::from_secs(30);
+        if let Some(store) = support_server::postgres_bounded("bounded_commit", wait).await {
+            super::claim_at_commit_keeps_every_guarantee(store).await;
+        }
+    }
+}
+
 /// A duplicate that cannot see the first's commit within its bound gets
 /// the in-flight answer, and its own effect rolls back.
 async fn claim_at_commit_bounds_the_wait<DB: TestDb>(store: Store<DB>) {

@@ -527,20 +527,10 @@ async fn kept_aside(conn: &mut sqlx::PgConnection) -> Option<String> {
 /// nothing is set. A claim with a bound of its own still carries it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_session_bound_claims_with_the_plain_insert() {
-    let Some((_, schema)) = support_server::postgres_with_schema("session_bound_claim").await
-    else {
+    let bound = Duration::from_millis(300);
+    let Some(store) = support_server::postgres_bounded("session_bound_claim", bound).await else {
         return;
     };
-    let url = support_server::postgres_url("session_bound_claim").unwrap();
-    let joint = if url.contains('?') { '&' } else { '?' };
-    let bound = Duration::from_millis(300);
-    let store = Store::connect_postgres_bounded(
-        &format!("{url}{joint}options[search_path]={schema}"),
-        4,
-        bound,
-    )
-    .await
-    .unwrap();
     assert_eq!(store.session_lock_wait(), Some(bound));
     let session = store.session_lock_wait();
 

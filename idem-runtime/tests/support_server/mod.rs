@@ -195,6 +195,20 @@ pub async fn postgres_with_schema(test: &str) -> Option<(Store<Postgres>, String
     Some((store, schema))
 }
 
+/// Like [`postgres`], its connections opened by
+/// `Store::connect_postgres_bounded` with `wait` as their `lock_timeout`.
+pub async fn postgres_bounded(test: &str, wait: std::time::Duration) -> Option<Store<Postgres>> {
+    let (_, schema) = postgres_with_schema(test).await?;
+    let url = postgres_url(test)?;
+    let joint = if url.contains('?') { '&' } else { '?' };
+    let url = format!("{url}{joint}options[search_path]={schema}");
+    Some(
+        Store::connect_postgres_bounded(&url, 20, wait)
+            .await
+            .unwrap(),
+    )
+}
+
 /// Serves `app` on an ephemeral loopback port.
 pub async fn serve(app: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
