@@ -213,6 +213,21 @@ impl<DB: Backend> IdempotencyBuilder<DB> {
     }
 }
 
+/// Whether a body is JSON (`application/json` or any `+json` type) and
+/// whether it is a form, by the essence of its content type, whose case does
+/// not matter. Compared in place: nothing is allocated per request.
+fn body_kind(content_type: Option<&str>) -> (bool, bool) {
+    let essence = content_type.map_or("", |ct| ct.split(';').next().unwrap_or("").trim());
+    let is_json = essence.eq_ignore_ascii_case("application/json")
+        || essence
+            .len()
+            .checked_sub(5)
+            .and_then(|at| essence.get(at..))
+            .is_some_and(|suffix| suffix.eq_ignore_ascii_case("+json"));
+    let is_form = essence.eq_ignore_ascii_case("application/x-www-form-urlencoded");
+    (is_json, is_form)
+}
+
 /// A request read, validated and fingerprinted.
 #[derive(Debug)]
 pub(crate) struct Prepared {
@@ -430,20 +445,12 @@ impl<DB: Backend> Idempotency<DB> {
             }
             Err(_) => return Err(IdempotencyError::BodyUnreadable),
         };
-        let essence = parts
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|ct| {
-                ct.split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_ascii_lowercase()
-            })
-            .unwrap_or_default();
-        let is_json = essence == "application/json" || essence.ends_with("+json");
-        let is_form = essence == "application/x-www-form-urlencoded";
+        let (is_json, is_form) = body_kind(
+            parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok()),
+        );
         let key_in_body = policy.key_in == KeyIn::Body;
         let key = if key_in_body {
             let field = policy.body_field.as_str();
@@ -1004,4 +1011,26 @@ pub(crate) fn is_unsafe(method: &Method) -> bool {
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::body_kind;
+
+    #[test]
+    fn body_kind_reads_the_essence_in_any_case() {
+        let json = (true, false);
+        let form = (false, true);
+        let neither = (false, false);
+        assert_eq!(body_kind(Some("application/json")), json);
+        assert_eq!(body_kind(Some("Application/JSON; charset=utf-8")), json);
+        assert_eq!(body_kind(Some("application/merge-patch+json")), json);
+        assert_eq!(body_kind(Some("application/vnd.idem.note+JSON ;v=2")), json);
+        assert_eq!(body_kind(Some("application/x-www-form-urlencoded")), form);
+        assert_eq!(body_kind(Some("text/plain")), neither);
+        assert_eq!(body_kind(Some("json")), neither);
+        assert_eq!(body_kind(Some("+json")), json);
+        assert_eq!(body_kind(Some("")), neither);
+        assert_eq!(body_kind(None), neither);
+    }
 }

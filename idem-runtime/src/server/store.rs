@@ -509,6 +509,19 @@ fn claimed(
     }
 }
 
+/// Arguments with room for `count` values of `bytes` in all, so binding the
+/// hot statements' values does not grow the buffers value by value.
+fn arguments<'q, DB: sqlx::Database>(count: usize, bytes: usize) -> DB::Arguments<'q> {
+    let mut arguments = DB::Arguments::<'q>::default();
+    sqlx::Arguments::reserve(&mut arguments, count, bytes);
+    arguments
+}
+
+/// What a value takes in an argument buffer: its bytes and a length word.
+fn size(text: &str) -> usize {
+    text.len() + 4
+}
+
 /// `wait` in whole milliseconds, at least one (PostgreSQL reads 0 as no
 /// limit; the setting tops out at `i32::MAX` ms).
 fn lock_timeout_ms(wait: Duration) -> u128 {
@@ -757,7 +770,8 @@ macro_rules! impl_backend {
                             .bind(c.request.map(|r| r.path.as_str()))
                             .bind(c.request.map(|r| r.body.as_slice()))
                     } else {
-                        sqlx::query_as::<_, (i64,)>(single)
+                        let bytes = size(c.scope) + size(c.key) + size(c.fingerprint) + 12;
+                        sqlx::query_as_with::<_, (i64,), _>(single, arguments::<$db>(5, bytes + 16))
                             .bind(c.scope)
                             .bind(c.key)
                             .bind(c.fingerprint)
@@ -783,14 +797,25 @@ macro_rules! impl_backend {
                     let (plain, bounding) = $complete;
                     let bounded = bounding.filter(|_| !session_bounds(session, wait));
                     let statement = bounded.unwrap_or(plain);
-                    let mut query = sqlx::query_as::<_, (i64,)>(statement)
-                        .bind(c.scope)
-                        .bind(c.key)
-                        .bind(c.fingerprint)
-                        .bind(c.now)
-                        .bind(i64::from(response.status))
-                        .bind(response.headers_json())
-                        .bind(response.body.as_ref());
+                    let headers = response.headers_json();
+                    let bytes = size(c.scope)
+                        + size(c.key)
+                        + size(c.fingerprint)
+                        + headers.as_deref().map_or(4, size)
+                        + response.body.len()
+                        + 4
+                        + 24;
+                    let mut query = sqlx::query_as_with::<_, (i64,), _>(
+                        statement,
+                        arguments::<$db>(8, bytes + 16),
+                    )
+                    .bind(c.scope)
+                    .bind(c.key)
+                    .bind(c.fingerprint)
+                    .bind(c.now)
+                    .bind(i64::from(response.status))
+                    .bind(headers)
+                    .bind(response.body.as_ref());
                     if bounded.is_some() {
                         query = query.bind(lock_timeout_setting(wait));
                     }
@@ -1018,12 +1043,19 @@ macro_rules! impl_backend {
                 now: i64,
             ) -> BoxFuture<'a, Result<bool, StoreError>> {
                 Box::pin(async move {
-                    let done = sqlx::query(COMPLETE)
+                    let headers = response.headers_json();
+                    let bytes = size(scope)
+                        + size(key)
+                        + headers.as_deref().map_or(4, size)
+                        + response.body.len()
+                        + 4
+                        + 36;
+                    let done = sqlx::query_with(COMPLETE, arguments::<$db>(7, bytes))
                         .bind(scope)
                         .bind(key)
                         .bind(generation)
                         .bind(i64::from(response.status))
-                        .bind(response.headers_json())
+                        .bind(headers)
                         .bind(response.body.as_ref())
                         .bind(now)
                         .execute(&mut *conn)

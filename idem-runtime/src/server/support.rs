@@ -724,6 +724,10 @@ impl Inbound {
 /// text in one segment (`/files/{name}.{ext}`).
 fn match_template(template: &str, path: &str) -> Option<Vec<(String, String)>> {
     let template = template.split('?').next().unwrap_or(template);
+    // A template without parameters matches its own text.
+    if !template.contains('{') && !path.contains('%') {
+        return (template.trim_matches('/') == path.trim_matches('/')).then(Vec::new);
+    }
     let t_segments: Vec<&str> = template.trim_matches('/').split('/').collect();
     let p_segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     if t_segments.len() != p_segments.len() {
@@ -1112,5 +1116,10 @@ mod tests {
             ])
         );
         assert_eq!(match_template("/v1/charges/{id}", "/v1/refunds/x"), None);
+        // Without parameters: the text itself, percent-decoded.
+        assert_eq!(match_template("/v1/charges", "/v1/charges/"), Some(vec![]));
+        assert_eq!(match_template("/v1/a b", "/v1/a%20b"), Some(vec![]));
+        assert_eq!(match_template("/v1/charges", "/v1/charge"), None);
+        assert_eq!(match_template("/v1/charges", "/v1/charges/x"), None);
     }
 }
