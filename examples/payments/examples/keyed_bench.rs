@@ -7,9 +7,11 @@
 //! the routes' duplicate wait). Every run starts both key tables empty.
 //! Both serve keyed `POST /v1/charges` and unkeyed
 //! `POST /v1/legacy-charges` over loopback, on SQLite and (with
-//! `IDEM_TEST_DATABASE_URL`) PostgreSQL. A fifth configuration runs the same
-//! charge over the idempotency layer with the claim at commit
-//! (`ClaimAt::Commit`).
+//! `IDEM_TEST_DATABASE_URL`) PostgreSQL. A fifth configuration runs the
+//! hand-written charge handler over the idempotency layer with the claim at
+//! commit (`ClaimAt::Commit`), a sixth over the layer with the claim at the
+//! start, as the generated server claims: the difference between the
+//! generated server and the sixth is what the generated handler costs.
 //!
 //! ```text
 //! cargo run --release -p payments-demo --example keyed_bench -- \
@@ -18,7 +20,7 @@
 //! ```
 //!
 //! `--store` runs one engine; `--only` runs only the numbered
-//! configurations (1–5 in the order of the tables), for a profiler.
+//! configurations (1–6 in the order of the tables), for a profiler.
 //!
 //! Every round runs the configurations one after another, in an order
 //! that alternates between rounds; the ratios are taken within each round
@@ -268,9 +270,10 @@ async fn listen(app: Router) -> anyhow::Result<SocketAddr> {
     Ok(addr)
 }
 
-/// The same charge written over the idempotency layer by hand, for the
-/// claim at commit (the payments spec claims at the start).
-macro_rules! commit_claimed {
+/// The same charge written over the idempotency layer by hand: with the
+/// claim at commit, and with the claim at the start as the generated server
+/// makes it, which separates the layer's cost from the generated handler's.
+macro_rules! charge_over_layer {
     ($name:ident, $db:ty, $insert:path) => {
         async fn $name(key: IdempotencyKey, mut tx: IdemTx<$db>, body: Bytes) -> Response {
             let Some(charge) = new_charge(&body) else {
@@ -284,8 +287,12 @@ macro_rules! commit_claimed {
     };
 }
 
-commit_claimed!(commit_sqlite, Sqlite, reference_sqlite::insert_charge);
-commit_claimed!(commit_postgres, Postgres, reference_postgres::insert_charge);
+charge_over_layer!(layered_sqlite, Sqlite, reference_sqlite::insert_charge);
+charge_over_layer!(
+    layered_postgres,
+    Postgres,
+    reference_postgres::insert_charge
+);
 
 /// The servers under test.
 #[derive(Clone, Copy)]
@@ -296,13 +303,16 @@ struct Servers {
     reference: SocketAddr,
     /// The layer with `claim: commit` over the same charge.
     commit: SocketAddr,
+    /// The layer with the claim at the start over the same charge.
+    layered: SocketAddr,
 }
 
-/// The generated server and the claim-at-commit route over `store`.
+/// The generated server, then the hand-written charge over the layer with
+/// the claim at commit and at the start, over `store`.
 async fn idem_servers<DB: Backend>(
     store: Store<DB>,
-    commit_route: Router,
-) -> anyhow::Result<(SocketAddr, SocketAddr)>
+    charge_route: Router,
+) -> anyhow::Result<(SocketAddr, SocketAddr, SocketAddr)>
 where
     Payments<DB>: payments_demo::api::Api<DB>,
 {
@@ -316,8 +326,10 @@ where
     )?)
     .await?;
     let at_commit = idem.with_policy(Policy::new().claim_at(ClaimAt::Commit))?;
-    let commit = listen(commit_route.route_layer(at_commit.layer())).await?;
-    Ok((generated, commit))
+    let commit = listen(charge_route.clone().route_layer(at_commit.layer())).await?;
+    let layered =
+        listen(charge_route.route_layer(idem.with_policy(Policy::new())?.layer())).await?;
+    Ok((generated, commit, layered))
 }
 
 #[derive(Clone, Copy)]
@@ -327,14 +339,19 @@ enum Config {
     IdemUnkeyed,
     ReferenceUnkeyed,
     IdemCommit,
+    IdemLayered,
 }
 
-const CONFIGS: [(Config, &str); 5] = [
+const CONFIGS: [(Config, &str); 6] = [
     (Config::IdemKeyed, "idem, keyed"),
     (Config::ReferenceKeyed, "hand-written, keyed"),
     (Config::IdemUnkeyed, "idem, unkeyed"),
     (Config::ReferenceUnkeyed, "hand-written, unkeyed"),
     (Config::IdemCommit, "idem layer, keyed, claim at commit"),
+    (
+        Config::IdemLayered,
+        "idem layer, keyed, hand-written handler",
+    ),
 ];
 
 impl Config {
@@ -354,6 +371,7 @@ impl Config {
             Config::IdemKeyed | Config::IdemUnkeyed => servers.idem,
             Config::ReferenceKeyed | Config::ReferenceUnkeyed => servers.reference,
             Config::IdemCommit => servers.commit,
+            Config::IdemLayered => servers.layered,
         }
     }
 }
@@ -500,6 +518,11 @@ async fn compare(
         ("hand-written keyed / hand-written unkeyed", ratio(1, 3)),
         ("idem claim at commit / hand-written keyed", ratio(4, 1)),
         ("idem claim at commit / idem unkeyed", ratio(4, 2)),
+        (
+            "idem layer, hand-written handler / hand-written keyed",
+            ratio(5, 1),
+        ),
+        ("idem keyed / idem layer, hand-written handler", ratio(0, 5)),
     ] {
         if values.is_empty() {
             continue;
@@ -620,15 +643,16 @@ async fn main() -> anyhow::Result<()> {
     let pool = reference.pool().clone();
     sqlx::query(SQLITE_SCHEMA).execute(&pool).await?;
     sqlx::query(REFERENCE_KEYS).execute(&pool).await?;
-    let (idem, commit) = idem_servers(
+    let (idem, commit, layered) = idem_servers(
         store,
-        Router::new().route("/v1/charges", post(commit_sqlite)),
+        Router::new().route("/v1/charges", post(layered_sqlite)),
     )
     .await?;
     let servers = Servers {
         idem,
         reference: listen(reference_sqlite::router(pool)).await?,
         commit,
+        layered,
     };
     if runs("sqlite") {
         compare("SQLite", servers, requests, concurrency, rounds).await;
@@ -668,15 +692,16 @@ async fn main() -> anyhow::Result<()> {
                 })
                 .connect(&url)
                 .await?;
-            let (idem, commit) = idem_servers(
+            let (idem, commit, layered) = idem_servers(
                 store,
-                Router::new().route("/v1/charges", post(commit_postgres)),
+                Router::new().route("/v1/charges", post(layered_postgres)),
             )
             .await?;
             let servers = Servers {
                 idem,
                 reference: listen(reference_postgres::router(pool)).await?,
                 commit,
+                layered,
             };
             compare("PostgreSQL", servers, requests, concurrency, rounds).await;
             if text_arg("--only").is_none() {
