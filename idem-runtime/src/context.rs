@@ -126,7 +126,16 @@ pub fn current() -> Option<Inbound> {
 /// Runs `f` as part of serving `inbound`: clients called inside act as
 /// inner hops.
 pub async fn serving<F: Future>(inbound: Inbound, f: F) -> F::Output {
-    INBOUND.scope(inbound, f).await
+    scoped(inbound, f).await
+}
+
+/// `f` inside `inbound`, as a future that can be named (and boxed without an
+/// `async` wrapper around it).
+pub(crate) fn scoped<F: Future>(
+    inbound: Inbound,
+    f: F,
+) -> tokio::task::futures::TaskLocalFuture<Inbound, F> {
+    INBOUND.scope(inbound, f)
 }
 
 /// `tokio::spawn`, carrying the current request's context into the task

@@ -172,7 +172,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             let router = router
                 .fallback(#rt::support::not_found)
                 .method_not_allowed_fallback(#rt::support::method_not_allowed)
-                .layer(::idem_runtime::axum::middleware::from_fn(#rt::support::deadlines));
+                .layer(#rt::support::Deadlines);
             ::std::result::Result::Ok(#rt::support::admit(router, #max_in_flight))
         }
 

@@ -303,32 +303,89 @@ struct Deadline(Instant);
 /// `504` sent. Dropping a keyed handler drops its transaction, so its writes
 /// and its key's claim roll back together, unless its commit had already
 /// landed, in which case the stored response replays on a retry.
-pub async fn deadlines(mut request: Request, next: axum::middleware::Next) -> Response {
-    let timeout = match crate::context::inbound_timeout(request.headers()) {
-        Ok(t) => t,
-        Err(e) => return Rejection::invalid(&format!("header.{}", e.header), &e).into_response(),
-    };
-    let Some(left) = timeout else {
-        return crate::context::serving(crate::context::Inbound::new(None), next.run(request))
-            .await;
-    };
-    if left.is_zero() {
-        return refusal(
-            crate::protocol::DEADLINE_EXCEEDED,
-            "the request arrived after the caller's deadline; nothing was done",
-        );
-    }
-    let deadline = Instant::now() + left;
-    request.extensions_mut().insert(Deadline(deadline));
-    let inbound = crate::context::Inbound::new(Some(deadline));
-    match tokio::time::timeout(left, crate::context::serving(inbound, next.run(request))).await {
+///
+/// The same as the layer [`Deadlines`], for `axum::middleware::from_fn`.
+pub async fn deadlines(request: Request, next: axum::middleware::Next) -> Response {
+    use tower::ServiceExt as _;
+    let service = DeadlinesService { inner: next };
+    match service.oneshot(request).await {
         Ok(response) => response,
-        Err(_) => refusal(
-            crate::protocol::DEADLINE_EXCEEDED,
-            "the caller's deadline passed while the request ran; a keyed request's effect \
-             either committed with its stored response or rolled back: the same request with \
-             the same key tells which",
-        ),
+        Err(never) => match never {},
+    }
+}
+
+/// [`deadlines`] as a tower layer, which generated routers apply to every
+/// route: `router.layer(Deadlines)`. A request without a deadline costs it
+/// one small boxed future and no clone of the route.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Deadlines;
+
+impl<S> tower::Layer<S> for Deadlines {
+    type Service = DeadlinesService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        DeadlinesService { inner }
+    }
+}
+
+/// The service [`Deadlines`] produces.
+#[derive(Debug, Clone)]
+pub struct DeadlinesService<S> {
+    inner: S,
+}
+
+impl<S> tower::Service<Request> for DeadlinesService<S>
+where
+    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = super::store::BoxFuture<'static, Result<Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        let answer =
+            |response: Response| -> Self::Future { Box::pin(std::future::ready(Ok(response))) };
+        let left = match crate::context::inbound_timeout(request.headers()) {
+            Ok(left) => left,
+            Err(e) => {
+                return answer(
+                    Rejection::invalid(&format!("header.{}", e.header), &e).into_response(),
+                );
+            }
+        };
+        let Some(left) = left else {
+            let inbound = crate::context::Inbound::new(None);
+            return Box::pin(crate::context::scoped(inbound, self.inner.call(request)));
+        };
+        if left.is_zero() {
+            return answer(refusal(
+                crate::protocol::DEADLINE_EXCEEDED,
+                "the request arrived after the caller's deadline; nothing was done",
+            ));
+        }
+        let deadline = Instant::now() + left;
+        request.extensions_mut().insert(Deadline(deadline));
+        let inbound = crate::context::Inbound::new(Some(deadline));
+        let running = crate::context::scoped(inbound, self.inner.call(request));
+        Box::pin(async move {
+            match tokio::time::timeout(left, running).await {
+                Ok(response) => response,
+                Err(_) => Ok(refusal(
+                    crate::protocol::DEADLINE_EXCEEDED,
+                    "the caller's deadline passed while the request ran; a keyed request's \
+                     effect either committed with its stored response or rolled back: the same \
+                     request with the same key tells which",
+                )),
+            }
+        })
     }
 }
 
@@ -1100,6 +1157,51 @@ mod tests {
             .err()
             .map(|e| e.to_string());
         assert_eq!(err.as_deref(), Some("`ten`: invalid digit found in string"));
+    }
+
+    /// The layer and the `from_fn` form answer alike: a request with no
+    /// deadline left is refused before the handler runs, a malformed
+    /// deadline is a 400, and the rest run with their deadline in context.
+    #[tokio::test]
+    async fn deadlines_as_layer_and_as_middleware() {
+        use tower::ServiceExt as _;
+        let handler = || async {
+            let left = crate::context::current().and_then(|c| c.time_left());
+            (StatusCode::OK, format!("{}", left.is_some()))
+        };
+        let routers = [
+            axum::Router::new()
+                .route("/", axum::routing::post(handler))
+                .layer(Deadlines),
+            axum::Router::new()
+                .route("/", axum::routing::post(handler))
+                .layer(axum::middleware::from_fn(deadlines)),
+        ];
+        for router in routers {
+            for (timeout, status, body) in [
+                (None, 200, "false"),
+                (Some("5000"), 200, "true"),
+                (Some("0"), 504, ""),
+                (Some("soon"), 400, ""),
+            ] {
+                let mut request = http::Request::post("/");
+                if let Some(ms) = timeout {
+                    request = request.header(crate::context::TIMEOUT_HEADER, ms);
+                }
+                let response = router
+                    .clone()
+                    .oneshot(request.body(Body::empty()).unwrap())
+                    .await
+                    .unwrap();
+                assert_eq!(response.status().as_u16(), status, "{timeout:?}");
+                let bytes = axum::body::to_bytes(response.into_body(), 1024)
+                    .await
+                    .unwrap();
+                if status == 200 {
+                    assert_eq!(bytes, body.as_bytes(), "{timeout:?}");
+                }
+            }
+        }
     }
 
     #[test]
