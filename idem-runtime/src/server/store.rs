@@ -518,9 +518,15 @@ fn arguments<'q, DB: sqlx::Database>(count: usize, bytes: usize) -> DB::Argument
 }
 
 /// What a value takes in an argument buffer: its bytes and a length word.
-fn size(text: &str) -> usize {
-    text.len() + 4
+fn size(bytes: &[u8]) -> usize {
+    bytes.len() + 4
 }
+
+/// What an `i64` takes in an argument buffer.
+const INTEGER: usize = 12;
+
+/// Room for the lock wait a bounded statement binds last (`'2000ms'`).
+const BOUND: usize = 16;
 
 /// `wait` in whole milliseconds, at least one (PostgreSQL reads 0 as no
 /// limit; the setting tops out at `i32::MAX` ms).
@@ -770,8 +776,12 @@ macro_rules! impl_backend {
                             .bind(c.request.map(|r| r.path.as_str()))
                             .bind(c.request.map(|r| r.body.as_slice()))
                     } else {
-                        let bytes = size(c.scope) + size(c.key) + size(c.fingerprint) + 12;
-                        sqlx::query_as_with::<_, (i64,), _>(single, arguments::<$db>(5, bytes + 16))
+                        let bytes = size(c.scope.as_bytes())
+                            + size(c.key.as_bytes())
+                            + size(c.fingerprint.as_bytes())
+                            + INTEGER
+                            + BOUND;
+                        sqlx::query_as_with::<_, (i64,), _>(single, arguments::<$db>(5, bytes))
                             .bind(c.scope)
                             .bind(c.key)
                             .bind(c.fingerprint)
@@ -798,24 +808,22 @@ macro_rules! impl_backend {
                     let bounded = bounding.filter(|_| !session_bounds(session, wait));
                     let statement = bounded.unwrap_or(plain);
                     let headers = response.headers_json();
-                    let bytes = size(c.scope)
-                        + size(c.key)
-                        + size(c.fingerprint)
-                        + headers.as_deref().map_or(4, size)
-                        + response.body.len()
-                        + 4
-                        + 24;
-                    let mut query = sqlx::query_as_with::<_, (i64,), _>(
-                        statement,
-                        arguments::<$db>(8, bytes + 16),
-                    )
-                    .bind(c.scope)
-                    .bind(c.key)
-                    .bind(c.fingerprint)
-                    .bind(c.now)
-                    .bind(i64::from(response.status))
-                    .bind(headers)
-                    .bind(response.body.as_ref());
+                    let bytes = size(c.scope.as_bytes())
+                        + size(c.key.as_bytes())
+                        + size(c.fingerprint.as_bytes())
+                        + size(headers.as_deref().unwrap_or_default().as_bytes())
+                        + size(&response.body)
+                        + 2 * INTEGER
+                        + BOUND;
+                    let mut query =
+                        sqlx::query_as_with::<_, (i64,), _>(statement, arguments::<$db>(8, bytes))
+                            .bind(c.scope)
+                            .bind(c.key)
+                            .bind(c.fingerprint)
+                            .bind(c.now)
+                            .bind(i64::from(response.status))
+                            .bind(headers)
+                            .bind(response.body.as_ref());
                     if bounded.is_some() {
                         query = query.bind(lock_timeout_setting(wait));
                     }
@@ -1044,12 +1052,11 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<bool, StoreError>> {
                 Box::pin(async move {
                     let headers = response.headers_json();
-                    let bytes = size(scope)
-                        + size(key)
-                        + headers.as_deref().map_or(4, size)
-                        + response.body.len()
-                        + 4
-                        + 36;
+                    let bytes = size(scope.as_bytes())
+                        + size(key.as_bytes())
+                        + size(headers.as_deref().unwrap_or_default().as_bytes())
+                        + size(&response.body)
+                        + 3 * INTEGER;
                     let done = sqlx::query_with(COMPLETE, arguments::<$db>(7, bytes))
                         .bind(scope)
                         .bind(key)
