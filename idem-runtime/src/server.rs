@@ -63,7 +63,9 @@ pub use config::{
 pub use engine::{Idempotency, IdempotencyBuilder};
 pub use error::{ConfigError, IdempotencyError, KeyProblem, StoreError};
 pub use jobs::{CompleterReport, ReaperReport};
-pub use layer::{IdemTx, IdempotencyKey, IdempotencyLayer, IdempotencyService, Validator};
+pub use layer::{
+    Claimed, IdemTx, IdempotencyKey, IdempotencyLayer, IdempotencyService, KeyedRequest, Validator,
+};
 pub use phased::{ForeignCall, Operation, PhaseError, Run, StepError};
 pub use response::{IDEMPOTENT_REPLAYED, Reject, Reply, StoredResponse, Unavailable, is_rejection};
 pub use scope::{

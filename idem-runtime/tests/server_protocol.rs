@@ -22,8 +22,8 @@ use axum::routing::post;
 use http::StatusCode;
 use idem_runtime::server::{
     BoxFuture, ClaimAt, ConfigError, FailureReplay, ForeignCall, HeaderScope, IdemTx, Idempotency,
-    IdempotencyKey, InFlight, KeyIn, MismatchStatus, Operation, Policy, Reply, ResumePolicy, Run,
-    StepError, Store,
+    IdempotencyKey, InFlight, KeyIn, MismatchStatus, Operation, Policy, Reject, Reply,
+    ResumePolicy, Run, StepError, Store,
 };
 use serde_json::{Value, json};
 use support_server::{TestDb, serve};
@@ -1536,3 +1536,134 @@ fn claim_at_commit_cannot_answer_202() {
         });
     assert!(matches!(built, Err(ConfigError::AcceptedNeedsClaimAtStart)));
 }
+
+/// A route that runs the layer's steps itself (`read_keyed`, `claim`,
+/// `finish`), as generated servers do: the input is checked before the
+/// claim, and the handler writes in the claim's transaction.
+async fn steps_app<DB: TestDb>(store: Store<DB>, policy: Policy) -> SocketAddr {
+    let idem = Idempotency::builder(store)
+        .policy(policy)
+        .scope(HeaderScope::new("x-account-id"))
+        .build()
+        .unwrap();
+    let route = move |request: axum::extract::Request| {
+        let idem = idem.clone();
+        async move {
+            let keyed = match idem.read_keyed(request, "/orders").await {
+                Ok(keyed) => keyed,
+                Err(refusal) => return refusal,
+            };
+            let body: Value = match keyed.inbound().json() {
+                Ok(body) => body,
+                Err(rejection) => return rejection.into_response(),
+            };
+            if body["amount"].as_i64().is_none_or(|amount| amount < 1) {
+                return (StatusCode::BAD_REQUEST, "amount below 1").into_response();
+            }
+            let cx = keyed.inbound().context();
+            let key = cx.idempotency().cloned().unwrap();
+            let (mut tx, claimed) = match keyed.claim().await {
+                Ok(claimed) => claimed,
+                Err(answer) => return answer,
+            };
+            if body["keep"] == true {
+                // A transaction not given back is refused, nothing applied.
+                let kept = tx;
+                let reply = claimed.finish(StatusCode::CREATED.into_response()).await;
+                drop(kept);
+                return reply;
+            }
+            if body["refuse"] == true {
+                let _ = DB::insert_order(&mut tx, &key.scope, "refused").await;
+                drop(tx);
+                return claimed
+                    .finish(Reject((StatusCode::CONFLICT, "refused")).into_response())
+                    .await;
+            }
+            let reply = create_order::<DB>(key, tx, Bytes::from(body.to_string())).await;
+            claimed.finish(reply).await
+        }
+    };
+    serve(Router::new().route("/orders", post(route))).await
+}
+
+async fn steps_keep_the_gates<DB: TestDb>(store: Store<DB>) {
+    for (n, policy) in [Policy::new(), Policy::new().claim_at(ClaimAt::Commit)]
+        .into_iter()
+        .enumerate()
+    {
+        let addr = steps_app(store.clone(), policy).await;
+        let client = reqwest::Client::new();
+        let before = DB::count_orders(&store).await;
+        let key = format!("steps-{n}");
+        let mut tasks = Vec::new();
+        for _ in 0..50 {
+            let request = post_order(&client, addr, "a", &key, r#"{"amount":5}"#);
+            tasks.push(tokio::spawn(async move { request.send().await.unwrap() }));
+        }
+        let mut created = 0;
+        for task in tasks {
+            let response = task.await.unwrap();
+            match response.status() {
+                StatusCode::CREATED => created += 1,
+                status => assert_eq!(
+                    code(response).await,
+                    (status, "idempotency_key_in_use".into()),
+                    "{status}"
+                ),
+            }
+        }
+        assert!(created >= 1);
+        assert_eq!(DB::count_orders(&store).await, before + 1, "one effect");
+        let other = post_order(&client, addr, "a", &key, r#"{"amount":6}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            code(other).await,
+            (StatusCode::CONFLICT, "idempotency_key_reused".into())
+        );
+
+        // Refused before the claim, by the handler after it, or with the
+        // transaction kept: nothing is recorded, so the corrected request
+        // runs with the same key.
+        let keys = DB::count_keys(&store).await;
+        let fresh = format!("steps-fresh-{n}");
+        for (body, status) in [
+            (r#"{"amount":0}"#, StatusCode::BAD_REQUEST),
+            (r#"{"amount":5,"refuse":true}"#, StatusCode::CONFLICT),
+            (
+                r#"{"amount":5,"keep":true}"#,
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+        ] {
+            let refused = post_order(&client, addr, "a", &fresh, body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(refused.status(), status, "{body}");
+        }
+        assert_eq!(DB::count_keys(&store).await, keys);
+        assert_eq!(DB::count_orders(&store).await, before + 1);
+        let corrected = post_order(&client, addr, "a", &fresh, r#"{"amount":5}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(corrected.status(), StatusCode::CREATED);
+        assert_eq!(DB::count_orders(&store).await, before + 2);
+
+        let missing = client
+            .post(format!("http://{addr}/orders"))
+            .header("x-account-id", "a")
+            .header("content-type", "application/json")
+            .body(r#"{"amount":5}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            code(missing).await,
+            (StatusCode::BAD_REQUEST, "idempotency_key_missing".into())
+        );
+    }
+}
+on_every_backend!(steps_keep_the_gates);

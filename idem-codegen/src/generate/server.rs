@@ -366,6 +366,16 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
         },
         None => TokenStream::new(),
     };
+    // Before the claim: a refusal records nothing without being marked so.
+    let read_input_unclaimed = match &input_pass {
+        Some(_) => quote! {
+            let input = match #reader(inbound).await {
+                ::std::result::Result::Ok(input) => input,
+                ::std::result::Result::Err(rejection) => return rejection.into_response(),
+            };
+        },
+        None => TokenStream::new(),
+    };
     let pass = input_pass.iter();
     let http_method = format_ident!("{}", op.method.as_str().to_ascii_lowercase());
     let routing = quote!(::idem_runtime::axum::routing);
@@ -424,20 +434,24 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                 quote! {{
                     let api = ::std::sync::Arc::clone(&api);
                     let idem = idem #scoped .with_policy(#policy)?;
-                    let limit = idem.policy().max_request_body_bytes();
-                    #routing::#http_method(move |tx: #rt::IdemTx<DB>, request: ::idem_runtime::axum::extract::Request| async move {
+                    #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| async move {
                         use ::idem_runtime::axum::response::IntoResponse as _;
-                        let inbound = match #rt::support::Inbound::read(request, #template, limit).await {
-                            ::std::result::Result::Ok(inbound) => inbound,
-                            ::std::result::Result::Err(rejection) => return #rt::Reject(rejection).into_response(),
+                        let keyed = match idem.read_keyed(request, #template).await {
+                            ::std::result::Result::Ok(keyed) => keyed,
+                            ::std::result::Result::Err(refusal) => return refusal,
                         };
-                        #read_input
+                        let inbound = keyed.inbound();
+                        #read_input_unclaimed
                         let cx = inbound.context();
+                        let (tx, claimed) = match keyed.claim().await {
+                            ::std::result::Result::Ok(claimed) => claimed,
+                            ::std::result::Result::Err(answer) => return answer,
+                        };
                         // Clients called inside derive their keys from this one.
                         let keyed = cx.clone();
-                        #rt::support::keyed(&keyed, api.#method_ident(cx, tx #(, #pass)*)).await.into_response()
+                        let reply = #rt::support::keyed(&keyed, api.#method_ident(cx, tx #(, #pass)*)).await.into_response();
+                        claimed.finish(reply).await
                     })
-                    .route_layer(idem.layer())
                 }},
             )
         }

@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequestParts, Request};
@@ -16,8 +16,10 @@ use tower::{Layer, Service};
 use super::config::ClaimAt;
 use super::engine::{Idempotency, Prepared, is_unsafe};
 use super::error::IdempotencyError;
+use super::gate::Turn;
 use super::response::is_rejection;
 use super::store::{Backend, BoxFuture};
+use super::support::Inbound;
 
 type Slot<DB> = Arc<Mutex<Option<Transaction<'static, DB>>>>;
 
@@ -254,39 +256,111 @@ where
     }
 }
 
-/// Runs the handler with `tx`, and takes the transaction back. `Err` is
-/// what to send at once: the handler's refusal ([`is_rejection`]), whose
-/// writes roll back with the claim so nothing of the request remains, or a
-/// transaction the handler did not give back.
-async fn handle<DB, S>(
-    inner: &mut S,
-    mut parts: Parts,
+/// How a claimed request's response is settled.
+enum Settle {
+    /// An optional key not sent: the transaction commits with the
+    /// response, and nothing is recorded.
+    Unrecorded,
+    /// Claimed at the start, with this fencing generation.
+    Claimed(i64),
+    /// Claimed at commit ([`ClaimAt::Commit`]), after queueing this long for
+    /// the key's turn.
+    AtCommit(Duration),
+}
+
+/// What the claim step hands on: the transaction the handler writes in, how
+/// its response is settled, and the key's turn in this process.
+struct Held<DB: Backend> {
+    tx: Transaction<'static, DB>,
+    settle: Settle,
+    /// Held until the transaction has ended: while it is, a duplicate in
+    /// this process waits for the turn, bounded, instead of queueing for a
+    /// pool connection behind the claim it cannot see.
+    turn: Option<Turn>,
+}
+
+/// Claims the request's key (or, at commit, takes its turn and opens the
+/// transaction). `Err` is what to send at once: a replay, a conflict, the
+/// store's failure.
+async fn claim<DB: Backend>(
+    idem: &Idempotency<DB>,
+    prepared: &Prepared,
+) -> Result<Held<DB>, Response> {
+    let begin = || async {
+        idem.store()
+            .pool()
+            .begin()
+            .await
+            .map_err(|e| idem.store_error(e.into()).into_response())
+    };
+    let Some(key) = prepared.key.as_deref() else {
+        if idem.key_required() {
+            return Err(idem.missing_key().into_response());
+        }
+        return Ok(Held {
+            tx: begin().await?,
+            settle: Settle::Unrecorded,
+            turn: None,
+        });
+    };
+    let started = Instant::now();
+    let wait = idem.policy().duplicate_wait_bound();
+    let Some(turn) = idem.store().gate().take(&prepared.scope, key, wait).await else {
+        return Err(idem.in_flight_answer(key, None));
+    };
+    if idem.policy().claim_at == ClaimAt::Commit {
+        let waited = started.elapsed();
+        return Ok(Held {
+            tx: begin().await?,
+            settle: Settle::AtCommit(waited),
+            turn: Some(turn),
+        });
+    }
+    match idem.claim(prepared, key, None, started).await {
+        Ok(Ok(won)) => Ok(Held {
+            tx: won.tx,
+            settle: Settle::Claimed(won.generation),
+            turn: Some(turn),
+        }),
+        Ok(Err(answer)) => Err(answer),
+        Err(e) => Err(e.into_response()),
+    }
+}
+
+/// Stores the handler's `response` with the key and commits, or, for the
+/// handler's refusal ([`is_rejection`]), rolls back its writes with the
+/// claim so nothing of the request remains. Returns what to send.
+async fn settle<DB: Backend>(
+    idem: &Idempotency<DB>,
     prepared: &Prepared,
     tx: Transaction<'static, DB>,
-) -> Result<(Response, Transaction<'static, DB>), Response>
-where
-    DB: Backend,
-    S: Service<Request, Response = Response, Error = Infallible>,
-{
-    let slot: Slot<DB> = Arc::new(Mutex::new(Some(tx)));
-    parts.extensions.insert(TxSlot(Arc::clone(&slot)));
-    parts.extensions.insert(IdempotencyKey {
-        scope: prepared.scope.clone(),
-        key: prepared.key.clone(),
-    });
-    let request = Request::from_parts(parts, Body::from(prepared.body.clone()));
-    let response = match inner.call(request).await {
-        Ok(r) => r,
-        Err(never) => match never {},
-    };
-    let Some(tx) = slot.lock().ok().and_then(|mut s| s.take()) else {
-        return Err(IdempotencyError::TransactionNotReturned.into_response());
-    };
+    settle: Settle,
+    response: Response,
+) -> Response {
     if is_rejection(&response) {
         drop(tx);
-        return Err(response);
+        return response;
     }
-    Ok((response, tx))
+    match (settle, prepared.key.as_deref()) {
+        (Settle::Claimed(generation), Some(key)) => {
+            idem.finish(tx, &prepared.scope, key, generation, response)
+                .await
+        }
+        (Settle::AtCommit(waited), Some(key)) => {
+            idem.finish_at_commit(tx, prepared, key, response, waited)
+                .await
+        }
+        _ => match tx.commit().await {
+            Ok(()) => response,
+            Err(e) => idem.store_error(e.into()).into_response(),
+        },
+    }
+}
+
+/// Takes the transaction back from the handler. `None` when the handler
+/// kept its [`IdemTx`] (nothing is applied).
+fn take_back<DB: Backend>(slot: &Slot<DB>) -> Option<Transaction<'static, DB>> {
+    slot.lock().ok().and_then(|mut s| s.take())
 }
 
 async fn run<DB, S>(
@@ -305,7 +379,7 @@ where
             Err(never) => match never {},
         };
     }
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     let prepared = match idem.prepare(&parts, body).await {
         Ok(p) => p,
         Err(e) => return e.into_response(),
@@ -315,65 +389,162 @@ where
     {
         return refusal;
     }
-    // Held until the transaction has ended (after `finish` below): while it
-    // is, a duplicate in this process waits for the turn, bounded, instead of
-    // queueing for a pool connection behind the claim it cannot see.
-    let _turn;
-    let (tx, generation) = match prepared.key.as_deref() {
-        None if idem.key_required() => return idem.missing_key().into_response(),
-        // Optional key, none sent: the handler still gets its transaction,
-        // committed with its response, but nothing is recorded.
-        None => match idem.store().pool().begin().await {
-            Ok(tx) => (tx, None),
-            Err(e) => return idem.store_error(e.into()).into_response(),
-        },
-        Some(key) if idem.policy().claim_at == ClaimAt::Commit => {
-            let started = Instant::now();
-            let wait = idem.policy().duplicate_wait_bound();
-            _turn = match idem.store().gate().take(&prepared.scope, key, wait).await {
-                Some(turn) => turn,
-                None => return idem.in_flight_answer(key, None),
-            };
-            let waited = started.elapsed();
-            let tx = match idem.store().pool().begin().await {
-                Ok(tx) => tx,
-                Err(e) => return idem.store_error(e.into()).into_response(),
-            };
-            let (response, tx) = match handle(&mut inner, parts, &prepared, tx).await {
-                Ok(ran) => ran,
-                Err(refusal) => return refusal,
-            };
-            return idem
-                .finish_at_commit(tx, &prepared, key, response, waited)
-                .await;
-        }
-        Some(key) => {
-            let started = Instant::now();
-            let wait = idem.policy().duplicate_wait_bound();
-            let gate = idem.store().gate();
-            _turn = match gate.take(&prepared.scope, key, wait).await {
-                Some(turn) => turn,
-                None => return idem.in_flight_answer(key, None),
-            };
-            match idem.claim(&prepared, key, None, started).await {
-                Ok(Ok(won)) => (won.tx, Some(won.generation)),
-                Ok(Err(answer)) => return answer,
-                Err(e) => return e.into_response(),
-            }
-        }
+    let held = match claim(&idem, &prepared).await {
+        Ok(held) => held,
+        Err(answer) => return answer,
     };
-    let (response, tx) = match handle(&mut inner, parts, &prepared, tx).await {
-        Ok(ran) => ran,
-        Err(refusal) => return refusal,
+    let slot: Slot<DB> = Arc::new(Mutex::new(Some(held.tx)));
+    parts.extensions.insert(TxSlot(Arc::clone(&slot)));
+    parts.extensions.insert(IdempotencyKey {
+        scope: prepared.scope.clone(),
+        key: prepared.key.clone(),
+    });
+    let request = Request::from_parts(parts, Body::from(prepared.body.clone()));
+    let response = match inner.call(request).await {
+        Ok(r) => r,
+        Err(never) => match never {},
     };
-    match (prepared.key.as_deref(), generation) {
-        (Some(key), Some(generation)) => {
-            idem.finish(tx, &prepared.scope, key, generation, response)
-                .await
+    let Some(tx) = take_back(&slot) else {
+        return IdempotencyError::TransactionNotReturned.into_response();
+    };
+    let response = settle(&idem, &prepared, tx, held.settle, response).await;
+    drop(held.turn);
+    response
+}
+
+/// A request on a keyed route, read and checked, its key not yet claimed:
+/// the layer's steps, for a route that runs them itself around its handler
+/// (as generated servers do), so the request is read once and the handler
+/// is called directly.
+///
+/// ```no_run
+/// # use idem_runtime::server::{Idempotency, support::Inbound};
+/// # use axum::{extract::Request, response::{IntoResponse, Response}};
+/// # async fn route(idem: Idempotency<sqlx::Sqlite>, request: Request) -> Response {
+/// let keyed = match idem.read_keyed(request, "/v1/charges").await {
+///     Ok(keyed) => keyed,
+///     Err(refusal) => return refusal,
+/// };
+/// // Check the input here: a refusal records nothing.
+/// let (mut tx, claimed) = match keyed.claim().await {
+///     Ok(claimed) => claimed,
+///     Err(answer) => return answer, // a replay, a conflict
+/// };
+/// let reply = match sqlx::query("INSERT INTO charges DEFAULT VALUES").execute(&mut *tx).await {
+///     Ok(_) => (http::StatusCode::CREATED, "charged").into_response(),
+///     Err(e) => (http::StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+/// };
+/// drop(tx);
+/// claimed.finish(reply).await
+/// # }
+/// ```
+pub struct KeyedRequest<'a, DB: Backend> {
+    idem: &'a Idempotency<DB>,
+    prepared: Prepared,
+    inbound: Inbound,
+}
+
+impl<DB: Backend> std::fmt::Debug for KeyedRequest<'_, DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedRequest")
+            .field("scope", &self.prepared.scope)
+            .field("key", &self.prepared.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<DB: Backend> Idempotency<DB> {
+    /// Reads `request` for a keyed route at the OpenAPI path `template`:
+    /// checks the key and the caller's scope, reads the body under the
+    /// policy's cap and fingerprints it, as the layer does before it claims.
+    /// `Err` is the refusal to send; nothing is recorded.
+    pub async fn read_keyed(
+        &self,
+        request: Request,
+        template: &str,
+    ) -> Result<KeyedRequest<'_, DB>, Response> {
+        let (mut parts, body) = request.into_parts();
+        let prepared = self
+            .prepare(&parts, body)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        if prepared.key.is_none() && self.key_required() {
+            return Err(self.missing_key().into_response());
         }
-        _ => match tx.commit().await {
-            Ok(()) => response,
-            Err(e) => idem.store_error(e.into()).into_response(),
-        },
+        parts.extensions.insert(IdempotencyKey {
+            scope: prepared.scope.clone(),
+            key: prepared.key.clone(),
+        });
+        let inbound = Inbound::from_parts(parts, prepared.body.clone(), template)
+            .map_err(IntoResponse::into_response)?;
+        Ok(KeyedRequest {
+            idem: self,
+            prepared,
+            inbound,
+        })
+    }
+}
+
+impl<'a, DB: Backend> KeyedRequest<'a, DB> {
+    /// The request, for reading the operation's input. Its context carries
+    /// the key ([`Context::idempotency`](super::support::Context::idempotency)).
+    pub fn inbound(&self) -> &Inbound {
+        &self.inbound
+    }
+
+    /// Claims the key: the transaction to write the effect in, which holds
+    /// the claim, and the claim to finish with the response. `Err` is the
+    /// answer to send instead of running the handler: the stored response
+    /// replayed, a key in use or reused, the store unavailable.
+    pub async fn claim(self) -> Result<(IdemTx<DB>, Claimed<'a, DB>), Response> {
+        let held = claim(self.idem, &self.prepared).await?;
+        let slot: Slot<DB> = Arc::new(Mutex::new(Some(held.tx)));
+        let tx = IdemTx {
+            tx: take_back(&slot),
+            slot: Arc::clone(&slot),
+        };
+        Ok((
+            tx,
+            Claimed {
+                idem: self.idem,
+                prepared: self.prepared,
+                slot,
+                settle: held.settle,
+                _turn: held.turn,
+            },
+        ))
+    }
+}
+
+/// A claimed key waiting for its handler's response; see [`KeyedRequest`].
+pub struct Claimed<'a, DB: Backend> {
+    idem: &'a Idempotency<DB>,
+    prepared: Prepared,
+    slot: Slot<DB>,
+    settle: Settle,
+    _turn: Option<Turn>,
+}
+
+impl<DB: Backend> std::fmt::Debug for Claimed<'_, DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Claimed")
+            .field("scope", &self.prepared.scope)
+            .field("key", &self.prepared.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<DB: Backend> Claimed<'_, DB> {
+    /// Stores `response` with the key in the handler's transaction and
+    /// commits once, so the effect and the key's completion are one atomic
+    /// unit; returns what to send. A refusal ([`Reject`](super::Reject))
+    /// rolls the transaction back and records nothing. The handler's
+    /// [`IdemTx`] must have been dropped by now; one still held is refused
+    /// (nothing is applied).
+    pub async fn finish(self, response: Response) -> Response {
+        let Some(tx) = take_back(&self.slot) else {
+            return IdempotencyError::TransactionNotReturned.into_response();
+        };
+        settle(self.idem, &self.prepared, tx, self.settle, response).await
     }
 }

@@ -528,7 +528,7 @@ impl Inbound {
     }
 
     /// Path parameters by the template's names, and the query pairs.
-    fn from_parts(parts: Parts, body: Bytes, template: &str) -> Result<Self, Rejection> {
+    pub(crate) fn from_parts(parts: Parts, body: Bytes, template: &str) -> Result<Self, Rejection> {
         let path = match_template(template, parts.uri.path())
             .ok_or_else(|| Rejection::invalid("path", "does not match the operation's path"))?;
         let query = parts
