@@ -19,16 +19,20 @@ fi
 
 cargo build --locked -q -p payments-demo
 work="$(mktemp -d /tmp/idem-st.XXXXXX)"
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 db="$work/payments.db"
+# The server picks its port and says which on its first line.
 ./target/debug/payments-demo serve --database-url "sqlite://$db?mode=rwc" \
-  --listen "127.0.0.1:$port" --fake-bank >"$work/server.log" 2>&1 &
+  --listen 127.0.0.1:0 --fake-bank >"$work/server.log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+port=""
+for _ in $(seq 1 300); do
+  port="$(sed -n 's/^listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$work/server.log")"
+  if [ -n "$port" ]; then break; fi
+  if ! kill -0 "$server" 2>/dev/null; then cat "$work/server.log"; exit 1; fi
   sleep 0.1
 done
+if [ -z "$port" ]; then echo "the server did not start"; cat "$work/server.log"; exit 1; fi
 
 # The caller's identity is a header, as an API key would be: every generated
 # request carries one, so scoping is exercised without guessing accounts.

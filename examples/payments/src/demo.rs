@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use idem_runtime::sqlx;
 use rand::Rng as _;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::sync::{Mutex, Semaphore};
 
 use crate::api::{
@@ -53,42 +54,50 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// A server on a free loopback port, not started yet.
+    /// A server on a loopback port the system picks when it first starts.
     pub(crate) fn new(database_url: &str, extra: Vec<String>) -> anyhow::Result<Server> {
         Ok(Server {
             exe: std::env::current_exe()?,
             database_url: database_url.to_owned(),
-            listen: free_port()?,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             extra,
             child: None,
         })
     }
 
-    /// Where it listens.
+    /// Where it listens (once started).
     pub(crate) fn listen(&self) -> SocketAddr {
         self.listen
     }
 
+    /// Starts the process and waits until it listens: on a port of its own
+    /// choosing the first time, on the same port after a restart.
     pub(crate) async fn start(&mut self) -> anyhow::Result<()> {
-        let child = tokio::process::Command::new(&self.exe)
+        let mut child = tokio::process::Command::new(&self.exe)
             .arg("serve")
             .arg("--database-url")
             .arg(&self.database_url)
             .arg("--listen")
             .arg(self.listen.to_string())
             .args(&self.extra)
+            .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .context("cannot start the server process")?;
+        let stdout = child.stdout.take().context("the server's stdout")?;
         self.child = Some(child);
-        // Ready when it accepts connections.
-        let started = Instant::now();
-        while tokio::net::TcpStream::connect(self.listen).await.is_err() {
-            if started.elapsed() > Duration::from_secs(30) {
-                anyhow::bail!("the server did not start listening on {}", self.listen);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        // Ready when it says where it listens; a server that cannot bind
+        // exits instead, and its error is on stderr.
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .map_err(|_| anyhow::anyhow!("the server did not start listening within 30 s"))??
+            .context("the server exited before listening")?;
+        self.listen = line
+            .strip_prefix("listening on ")
+            .and_then(|addr| addr.parse().ok())
+            .with_context(|| format!("unexpected first line from the server: {line}"))?;
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Ok(())
     }
 
@@ -161,11 +170,6 @@ async fn proxy(upstream: SocketAddr, loss: f64) -> anyhow::Result<SocketAddr> {
         let _ = axum::serve(listener, app).await;
     });
     Ok(addr)
-}
-
-fn free_port() -> anyhow::Result<SocketAddr> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?)
 }
 
 fn order_body(order: usize) -> NewCharge {

@@ -351,6 +351,9 @@ where
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
+    // With `--listen 127.0.0.1:0` the system picks the port; whoever started
+    // the process reads it here, and no other process can hold it meanwhile.
+    println!("listening on {}", listener.local_addr()?);
     idem_runtime::axum::serve(listener, app).await?;
     Ok(())
 }

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idem_runtime::reqwest;
 use idem_runtime::serde_json::{Value, json};
@@ -32,13 +32,10 @@ impl Server {
     }
 
     fn start_with(database_url: &str, extra: Vec<String>) -> Server {
-        let listen = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
         let mut server = Server {
             child: None,
-            listen,
+            // The server picks its port when it first starts.
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             database_url: database_url.to_owned(),
             extra,
         };
@@ -46,21 +43,34 @@ impl Server {
         server
     }
 
+    /// Starts the process and waits until it says where it listens: on a
+    /// port of its own the first time, on the same one after a restart.
     fn spawn(&mut self) {
+        use std::io::BufRead as _;
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_payments-demo"));
         command
             .args(["serve", "--database-url", &self.database_url, "--listen"])
             .arg(self.listen.to_string())
-            .args(&self.extra);
-        self.child = Some(command.spawn().expect("start the server"));
-        let started = Instant::now();
-        while std::net::TcpStream::connect(self.listen).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            .args(&self.extra)
+            .stdout(std::process::Stdio::piped());
+        let mut child = command.spawn().expect("start the server");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        self.child = Some(child);
+        let (said, first) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = stdout.read_line(&mut line);
+            let _ = said.send(line);
+            std::io::copy(&mut stdout, &mut std::io::sink())
+        });
+        let line = first
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the server did not start within 30 s");
+        self.listen = line
+            .trim_end()
+            .strip_prefix("listening on ")
+            .and_then(|addr| addr.parse().ok())
+            .unwrap_or_else(|| panic!("the server did not start: {line:?}"));
     }
 
     /// SIGKILL.
