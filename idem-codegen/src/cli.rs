@@ -491,11 +491,13 @@ fn run_generate(
         .filter(|d| d.severity == Severity::Error)
         .count();
     if errors > 0 {
-        stderr.write_all(output::report(&model, &report, Format::Human, err_color).as_bytes())?;
+        stderr.write_all(output::findings_brief(&model, &report, err_color).as_bytes())?;
         if !args.allow_findings {
             writeln!(
                 stderr,
-                "error: {errors} audit error(s): nothing generated (`--allow-findings` generates anyway)"
+                "error: {errors} audit error(s), nothing generated: fix the spec, or describe it with `--overlay FILE`, \
+                 or waive a rule with `x-idempotency: {{ allow: {{ RULE: \"reason\" }} }}`, \
+                 or, for an API you do not own, pass `--allow-findings`"
             )?;
             return Ok(EXIT_FINDINGS);
         }

@@ -45,12 +45,14 @@ fn renderer(color: bool) -> Renderer {
     }
 }
 
-/// The byte range of the token starting at 1-based character `column`.
-fn token_span(line: &str, column: u32) -> std::ops::Range<usize> {
-    let start = line
-        .char_indices()
-        .nth(column.saturating_sub(1) as usize)
-        .map_or(line.len(), |(i, _)| i);
+/// Characters shown before a diagnostic's column on a line too long to show.
+const EXCERPT_BEFORE: usize = 40;
+/// Characters shown from the column on.
+const EXCERPT_AFTER: usize = 80;
+
+/// The byte range of the token starting at byte `start` of `line`.
+fn token_span(line: &str, start: usize) -> std::ops::Range<usize> {
+    let start = start.min(line.len());
     let rest = &line[start..];
     let quoted = rest.starts_with(['"', '\'']);
     let len = if rest.starts_with(['{', '[']) {
@@ -116,16 +118,25 @@ pub fn snippet_message(sources: &SourceMap, message: Message<'_>, color: bool) -
         head = head.id(id);
     }
     let file = pos.and_then(|p| sources.get(p.file));
-    let line = pos.zip(file).and_then(|(p, f)| f.line(p.line));
-    let mut group: Group<'_> = match (pos, file, line) {
-        (Some(p), Some(f), Some(text)) => {
-            let span = token_span(text, p.column);
-            head.element(
-                Snippet::source(text)
-                    .line_start(p.line as usize)
-                    .path(f.display.as_str())
-                    .annotation(AnnotationKind::Primary.span(span).label(label)),
-            )
+    // A bounded window of the line: a minified document is one line of
+    // megabytes, and rendering all of it per finding would cost findings
+    // times its length.
+    let excerpt = pos
+        .zip(file)
+        .and_then(|(p, f)| f.excerpt(p.line, p.column, EXCERPT_BEFORE, EXCERPT_AFTER));
+    let mut group: Group<'_> = match (pos, file, &excerpt) {
+        (Some(p), Some(f), Some(excerpt)) => {
+            let span = token_span(&excerpt.text, excerpt.offset);
+            let snippet = Snippet::source(excerpt.text.as_ref())
+                .line_start(p.line as usize)
+                .annotation(AnnotationKind::Primary.span(span).label(label));
+            if excerpt.clipped {
+                // The window's columns are not the line's: the location
+                // line is written below, from the position itself.
+                head.element(snippet)
+            } else {
+                head.element(snippet.path(f.display.as_str()))
+            }
         }
         _ => Group::with_title(head),
     };
@@ -133,34 +144,52 @@ pub fn snippet_message(sources: &SourceMap, message: Message<'_>, color: bool) -
         group = group.element(Level::HELP.message(note.as_str()));
     }
     let mut out = renderer(color).render(&[group]);
+    if let (Some(p), Some(f), Some(excerpt)) = (pos, file, &excerpt)
+        && excerpt.clipped
+        && let Some(end) = out.find('\n')
+    {
+        // As the renderer writes it: indented by the gutter's width.
+        let gutter = p.line.to_string().len();
+        let arrow = if color {
+            "\x1b[1m\x1b[94m-->\x1b[0m"
+        } else {
+            "-->"
+        };
+        let location = format!(
+            "\n{:gutter$}{arrow} {}:{}:{}",
+            "", f.display, p.line, p.column
+        );
+        out.insert_str(end, &location);
+    }
     out.push('\n');
     out
 }
 
+/// One finding, rustc-style.
+fn diagnostic_human(model: &Model, d: &Diagnostic, color: bool) -> String {
+    let level = match d.severity {
+        Severity::Error => Level::ERROR,
+        Severity::Warning => Level::WARNING,
+    };
+    let notes: Vec<String> = d.help.iter().cloned().collect();
+    snippet_message(
+        &model.document.sources,
+        Message {
+            level,
+            id: Some(d.code),
+            title: &d.message,
+            pos: Some(d.pos),
+            label: d.rule,
+            notes: &notes,
+        },
+        color,
+    )
+}
+
 fn human(model: &Model, report: &Report, color: bool) -> String {
-    let sources = &model.document.sources;
     let mut out = String::new();
     for d in &report.diagnostics {
-        let level = match d.severity {
-            Severity::Error => Level::ERROR,
-            Severity::Warning => Level::WARNING,
-        };
-        let mut notes = Vec::new();
-        if let Some(help) = &d.help {
-            notes.push(help.clone());
-        }
-        out.push_str(&snippet_message(
-            sources,
-            Message {
-                level,
-                id: Some(d.code),
-                title: &d.message,
-                pos: Some(d.pos),
-                label: d.rule,
-                notes: &notes,
-            },
-            color,
-        ));
+        out.push_str(&diagnostic_human(model, d, color));
         out.push('\n');
     }
     if !report.known.is_empty() {
@@ -176,6 +205,30 @@ fn human(model: &Model, report: &Report, color: bool) -> String {
         ));
     }
     out.push_str(&summary_line(&report.summary));
+    out
+}
+
+/// Findings `generate` shows in full before it counts the rest.
+const BRIEF_FINDINGS: usize = 5;
+
+/// What `generate` says of the audit before it refuses or goes on: the
+/// first few findings in full, then the count per rule and operation (the
+/// `--summary` digest), so a spec with thousands of findings is reported
+/// in a screen.
+pub fn findings_brief(model: &Model, report: &Report, color: bool) -> String {
+    if report.diagnostics.len() <= BRIEF_FINDINGS {
+        return human(model, report, color);
+    }
+    let mut out = String::new();
+    for d in report.diagnostics.iter().take(BRIEF_FINDINGS) {
+        out.push_str(&diagnostic_human(model, d, color));
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "… and {} more finding(s); `idem audit` lists them all\n",
+        report.diagnostics.len() - BRIEF_FINDINGS
+    ));
+    out.push_str(&digest(report));
     out
 }
 
@@ -607,13 +660,13 @@ mod tests {
 
     #[test]
     fn token_spans() {
-        assert_eq!(token_span("    post:", 5), 4..8);
-        assert_eq!(token_span("  scope: global", 10), 9..15);
-        assert_eq!(token_span("  x: \"a b\"", 6), 5..10);
-        assert_eq!(token_span("", 1), 0..0);
-        assert_eq!(token_span("  - { name: id, in: path }", 5), 4..26);
-        assert_eq!(token_span("  x: [a, 'b]', c] # note", 6), 5..17);
-        assert_eq!(token_span("  x: {a: [", 6), 5..10);
+        assert_eq!(token_span("    post:", 4), 4..8);
+        assert_eq!(token_span("  scope: global", 9), 9..15);
+        assert_eq!(token_span("  x: \"a b\"", 5), 5..10);
+        assert_eq!(token_span("", 0), 0..0);
+        assert_eq!(token_span("  - { name: id, in: path }", 4), 4..26);
+        assert_eq!(token_span("  x: [a, 'b]', c] # note", 5), 5..17);
+        assert_eq!(token_span("  x: {a: [", 5), 5..10);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Source files and positions: every node of a loaded document points back
 //! into the file it came from, so every diagnostic can name `file:line:column`.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -35,23 +36,135 @@ pub struct SourceFile {
     /// Path shown in diagnostics: relative to the working directory when possible.
     pub display: String,
     pub text: String,
-    /// Byte offset of each line's start, built on first use.
-    line_starts: OnceLock<Vec<usize>>,
+    /// Where lines and characters start, built on first use.
+    index: OnceLock<LineIndex>,
+}
+
+/// Characters between two entries of [`LineIndex::marks`].
+const MARK_EVERY: usize = 1024;
+
+/// Byte offsets of line starts and of every [`MARK_EVERY`]th character, so
+/// a `line:column` position finds its byte in bounded time even on a
+/// minified document that is one 50 MB line.
+#[derive(Debug)]
+struct LineIndex {
+    /// Byte offset of each line's start.
+    starts: Vec<usize>,
+    /// Character index of each line's start.
+    char_starts: Vec<usize>,
+    /// Byte offset of character `k * MARK_EVERY`.
+    marks: Vec<usize>,
+}
+
+impl LineIndex {
+    fn new(text: &str) -> Self {
+        let mut index = LineIndex {
+            starts: vec![0],
+            char_starts: vec![0],
+            marks: Vec::with_capacity(text.len() / MARK_EVERY + 1),
+        };
+        let mut chars = 0usize;
+        for (i, &b) in text.as_bytes().iter().enumerate() {
+            // A UTF-8 continuation byte does not start a character.
+            if b & 0xC0 == 0x80 {
+                continue;
+            }
+            if chars % MARK_EVERY == 0 {
+                index.marks.push(i);
+            }
+            chars += 1;
+            if b == b'\n' {
+                index.starts.push(i + 1);
+                index.char_starts.push(chars);
+            }
+        }
+        index
+    }
+}
+
+/// A bounded piece of one line around a position: what a diagnostic shows.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Excerpt<'a> {
+    /// The line, or a window of it with `…` where it was cut.
+    pub text: Cow<'a, str>,
+    /// Byte offset of the position's character in `text`.
+    pub offset: usize,
+    /// Whether the line was cut.
+    pub clipped: bool,
 }
 
 impl SourceFile {
-    /// The text of 1-based `line`, without its line ending.
-    pub fn line(&self, line: u32) -> Option<&str> {
-        let starts = self.line_starts.get_or_init(|| {
-            std::iter::once(0)
-                .chain(self.text.match_indices('\n').map(|(i, _)| i + 1))
-                .collect()
-        });
+    fn index(&self) -> &LineIndex {
+        self.index.get_or_init(|| LineIndex::new(&self.text))
+    }
+
+    /// Byte range of 1-based `line`, without its line ending.
+    fn line_range(&self, line: u32) -> Option<std::ops::Range<usize>> {
+        let starts = &self.index().starts;
         let index = usize::try_from(line).ok()?.checked_sub(1)?;
         let start = *starts.get(index)?;
-        let end = starts.get(index + 1).map_or(self.text.len(), |e| e - 1);
-        let text = self.text.get(start..end)?;
-        Some(text.strip_suffix('\r').unwrap_or(text))
+        let mut end = starts.get(index + 1).map_or(self.text.len(), |e| e - 1);
+        if end > start && self.text.as_bytes().get(end - 1) == Some(&b'\r') {
+            end -= 1;
+        }
+        Some(start..end)
+    }
+
+    /// The text of 1-based `line`, without its line ending.
+    pub fn line(&self, line: u32) -> Option<&str> {
+        self.text.get(self.line_range(line)?)
+    }
+
+    /// The part of `line` around 1-based character `column`: the whole
+    /// line when it is short, else `before` characters before the column
+    /// and `after` from it, each cut side marked with `…`. The cost does
+    /// not depend on the line's length.
+    pub fn excerpt(&self, line: u32, column: u32, before: usize, after: usize) -> Option<Excerpt<'_>> {
+        let range = self.line_range(line)?;
+        let text = &self.text;
+        let index = self.index();
+        let line_index = usize::try_from(line).ok()?.checked_sub(1)?;
+        let wanted = index.char_starts.get(line_index)? + (column.max(1) as usize - 1);
+        // A column past the line's end points at its end.
+        let at = match index.marks.get(wanted / MARK_EVERY) {
+            Some(&mark) if mark <= range.end => text[mark..range.end]
+                .char_indices()
+                .nth(wanted % MARK_EVERY)
+                .map_or(range.end, |(i, _)| mark + i)
+                .max(range.start),
+            _ => range.end,
+        };
+        let start = text[range.start..at]
+            .char_indices()
+            .rev()
+            .nth(before.saturating_sub(1))
+            .map_or(range.start, |(i, _)| range.start + i);
+        let end = text[at..range.end]
+            .char_indices()
+            .nth(after)
+            .map_or(range.end, |(i, _)| at + i);
+        let (cut_start, cut_end) = (start > range.start, end < range.end);
+        if !cut_start && !cut_end {
+            return Some(Excerpt {
+                text: Cow::Borrowed(&text[range.start..range.end]),
+                offset: at - range.start,
+                clipped: false,
+            });
+        }
+        let mut window = String::with_capacity(end - start + 8);
+        if cut_start {
+            window.push('…');
+        }
+        let offset = window.len() + (at - start);
+        window.push_str(&text[start..end]);
+        if cut_end {
+            window.push('…');
+        }
+        Some(Excerpt {
+            text: Cow::Owned(window),
+            offset,
+            clipped: true,
+        })
     }
 }
 
@@ -69,7 +182,7 @@ impl SourceMap {
             path,
             display,
             text,
-            line_starts: OnceLock::new(),
+            index: OnceLock::new(),
         });
         id
     }
@@ -115,5 +228,27 @@ mod tests {
         assert_eq!(file.line(4), Some("four"));
         assert_eq!(file.line(5), None);
         assert_eq!(file.line(0), None);
+    }
+
+    #[test]
+    fn excerpts_are_bounded() {
+        let mut map = SourceMap::default();
+        let long = format!("{}é{}", "a".repeat(3000), "b".repeat(3000));
+        let id = map.add(PathBuf::from("a.json"), format!("short\r\n{long}\nend"));
+        let file = map.get(id).unwrap();
+        let whole = file.excerpt(1, 3, 40, 80).unwrap();
+        assert_eq!((whole.text.as_ref(), whole.offset, whole.clipped), ("short", 2, false));
+        // The column of `é`, past two marks of characters.
+        let cut = file.excerpt(2, 3001, 5, 4).unwrap();
+        assert_eq!(cut.text, "…aaaaaébbb…");
+        assert_eq!(&cut.text[cut.offset..], "ébbb…");
+        assert!(cut.clipped);
+        let first = file.excerpt(2, 1, 5, 4).unwrap();
+        assert_eq!((first.text.as_ref(), first.offset), ("aaaa…", 0));
+        let last = file.excerpt(2, 6001, 3, 10).unwrap();
+        assert_eq!((last.text.as_ref(), last.offset), ("…bbbb", 6));
+        // A column past the end points at the end.
+        let past = file.excerpt(3, 99, 40, 80).unwrap();
+        assert_eq!((past.text.as_ref(), past.offset), ("end", 3));
     }
 }

@@ -181,6 +181,30 @@ fn fixture_servers_match_their_snapshots() {
     }
 }
 
+/// The minimal cases of what real specs broke: client and server of each
+/// (`idem-e2e` compiles the same code with warnings denied).
+#[test]
+fn directory_fixtures_match_their_snapshots() {
+    let mut files: Vec<_> = std::fs::read_dir("../fixtures/directory")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    for file in files {
+        let name = file.file_stem().unwrap().to_string_lossy().into_owned();
+        let model = model(&file);
+        let options = Options {
+            client: true,
+            server: true,
+            feature_groups: false,
+        };
+        let code = crate_root(&generate(&model, &options).unwrap(), &model.title);
+        insta::assert_snapshot!(format!("directory__{name}"), code);
+    }
+}
+
 #[test]
 fn generation_is_deterministic_and_marked_generated() {
     let path = Path::new("../fixtures/hostile-names.yaml");

@@ -33,5 +33,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .file_name("tagged_orders")
         .only(Selection::tags(["orders"]))
         .compile(format!("{fixtures}/tagged.yaml"))?;
+    directory(fixtures)
+}
+
+/// One module per document of `fixtures/directory/`: the minimal cases of
+/// what real specs broke, each compiled client and server, warnings denied.
+fn directory(fixtures: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let folder = std::path::Path::new(fixtures).join("directory");
+    println!("cargo:rerun-if-changed={}", folder.display());
+    let mut files: Vec<_> = std::fs::read_dir(&folder)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let mut index = String::new();
+    for file in files {
+        let stem = file
+            .file_stem()
+            .map(|s| s.to_string_lossy().replace('-', "_"))
+            .unwrap_or_default();
+        let name = format!("directory_{stem}");
+        Config::new().server(true).file_name(&name).compile(&file)?;
+        index.push_str(&format!(
+            "/// `fixtures/directory/{}`.\npub mod {stem} {{\n    ::idem_runtime::include_api!({name:?});\n}}\n",
+            file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+        ));
+    }
+    let out = std::env::var("OUT_DIR")?;
+    std::fs::write(std::path::Path::new(&out).join("directory.rs"), index)?;
     Ok(())
 }

@@ -1180,13 +1180,14 @@ impl<'m> TypeSpace<'m> {
             Ty::Map(item) => {
                 let mut out = Vec::new();
                 if let Some((min, max)) = property_counts(checks) {
+                    let map = receiver(value);
                     if let Some(min) = min {
                         let min = u64_lit(min);
-                        out.push(Stmt::exact(quote!(v.min_properties(#value.len(), #min))));
+                        out.push(Stmt::exact(quote!(v.min_properties(#map.len(), #min))));
                     }
                     if let Some(max) = max {
                         let max = u64_lit(max);
-                        out.push(Stmt::exact(quote!(v.max_properties(#value.len(), #max))));
+                        out.push(Stmt::exact(quote!(v.max_properties(#map.len(), #max))));
                     }
                 }
                 let empty = Checks::default();
@@ -1671,6 +1672,23 @@ fn copied(value: &TokenStream) -> TokenStream {
     match tokens.next() {
         Some(proc_macro2::TokenTree::Punct(p)) if p.as_char() == '&' => tokens.collect(),
         _ => quote!(*#value),
+    }
+}
+
+/// `value` (an expression of type `&T`) as the receiver of a method call:
+/// `self.tags` for `&self.tags` (a leading `&` would otherwise take the
+/// call's result), `(**value)` for `&**value`, `value` for `value`.
+fn receiver(value: &TokenStream) -> TokenStream {
+    let mut tokens = value.clone().into_iter();
+    match tokens.next() {
+        Some(proc_macro2::TokenTree::Punct(p)) if p.as_char() == '&' => {
+            let rest: TokenStream = tokens.collect();
+            match rest.clone().into_iter().next() {
+                Some(proc_macro2::TokenTree::Punct(_)) => quote!((#rest)),
+                _ => rest,
+            }
+        }
+        _ => value.clone(),
     }
 }
 

@@ -281,8 +281,8 @@ fn read_action(node: &Node) -> Result<Action<'_>, LoadError> {
 fn text_pos(sources: &SourceMap, node: &Node, offset: usize) -> Pos {
     let quoted = sources
         .get(node.pos.file)
-        .and_then(|f| f.line(node.pos.line))
-        .and_then(|line| line.chars().nth(node.pos.column.saturating_sub(1) as usize))
+        .and_then(|f| f.excerpt(node.pos.line, node.pos.column, 1, 1))
+        .and_then(|e| e.text[e.offset..].chars().next())
         .is_some_and(|c| c == '"' || c == '\'');
     let shift = u32::try_from(offset).unwrap_or(0) + u32::from(quoted);
     Pos {

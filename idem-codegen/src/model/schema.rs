@@ -335,24 +335,26 @@ impl<'d> SchemaBuilder<'d> {
         }
         let mut schema = plain(Kind::Any, pos);
         read_annotations(node, &mut schema);
-        schema.kind = self.kind(node, depth, &mut schema.nullable);
+        schema.kind = self.kind(node, depth, &mut schema);
         schema
     }
 
-    fn kind(&mut self, node: &'d Node, depth: usize, nullable: &mut bool) -> Kind {
+    /// The kind of `node`; `schema` holds its annotations so far, which an
+    /// `allOf` may add to.
+    fn kind(&mut self, node: &'d Node, depth: usize, schema: &mut Schema) -> Kind {
         if let Some(value) = node.get("const") {
             return Kind::Const(json(value));
         }
         if let Some(values) = node.get("enum").and_then(Node::as_seq) {
-            return enum_kind(values, nullable);
+            return enum_kind(values, &mut schema.nullable);
         }
         for combinator in ["oneOf", "anyOf"] {
             if let Some(parts) = node.get(combinator).and_then(Node::as_seq) {
-                return self.one_of(node, parts, depth, nullable);
+                return self.one_of(node, parts, depth, &mut schema.nullable);
             }
         }
         if let Some(parts) = node.get("allOf").and_then(Node::as_seq) {
-            return self.all_of(node, parts, depth, nullable);
+            return self.all_of(node, parts, depth, schema);
         }
         if node.get("not").is_some() && node.get("type").is_none() {
             return Kind::Unsupported("`not` cannot be expressed as a type".into());
@@ -360,7 +362,7 @@ impl<'d> SchemaBuilder<'d> {
         let types = types_of(node);
         let mut non_null: Vec<&str> = types.iter().copied().filter(|t| *t != "null").collect();
         if non_null.len() < types.len() {
-            *nullable = true;
+            schema.nullable = true;
         }
         if non_null.is_empty() {
             if !types.is_empty() {
@@ -514,7 +516,7 @@ impl<'d> SchemaBuilder<'d> {
         node: &'d Node,
         parts: &'d [Node],
         depth: usize,
-        nullable: &mut bool,
+        schema: &mut Schema,
     ) -> Kind {
         let mut built: Vec<Schema> = parts.iter().map(|p| self.build(p, depth + 1)).collect();
         // Keywords beside `allOf` are one more part.
@@ -523,9 +525,19 @@ impl<'d> SchemaBuilder<'d> {
             own.kind = self.object(node, depth);
             built.push(own);
         }
-        if built.len() == 1 {
-            let only = built.remove(0);
-            *nullable |= only.nullable;
+        // Parts that only annotate (the OpenAPI 3.0 way to describe a
+        // `$ref`) or only constrain add to the schema, not to its type.
+        let typed: Vec<bool> = built.iter().map(|p| p.kind != Kind::Any).collect();
+        if typed.iter().filter(|t| **t).count() <= 1 {
+            let mut only = plain(Kind::Any, node.pos);
+            for (part, typed) in built.into_iter().zip(typed) {
+                if typed {
+                    only = part;
+                } else {
+                    annotate(schema, part);
+                }
+            }
+            annotate_from(schema, &only);
             return only.kind;
         }
         // Merging reads the parts' properties, so the schemas they refer
@@ -589,6 +601,55 @@ fn plain(kind: Kind, pos: Pos) -> Schema {
         write_only: false,
         constraints: None,
         pos,
+    }
+}
+
+/// Folds an annotation-only `allOf` part into `schema`: its text where the
+/// schema has none, its flags, its constraints beside the schema's own.
+fn annotate(schema: &mut Schema, part: Schema) {
+    annotate_from(schema, &part);
+    if let Some(theirs) = part.constraints {
+        schema.constraints = Some(match schema.constraints.take() {
+            Some(mine) => Box::new(mine.or(*theirs)),
+            None => theirs,
+        });
+    }
+}
+
+/// The title, description, default and flags of `part`, where `schema`
+/// does not give its own.
+fn annotate_from(schema: &mut Schema, part: &Schema) {
+    if schema.title.is_none() {
+        schema.title.clone_from(&part.title);
+    }
+    if schema.description.is_none() {
+        schema.description.clone_from(&part.description);
+    }
+    if schema.default.is_none() {
+        schema.default.clone_from(&part.default);
+    }
+    schema.nullable |= part.nullable;
+    schema.deprecated |= part.deprecated;
+    schema.read_only |= part.read_only;
+    schema.write_only |= part.write_only;
+}
+
+impl Constraints {
+    /// Each keyword of `self`, else of `other`: both hold of an `allOf`.
+    fn or(self, other: Constraints) -> Constraints {
+        Constraints {
+            minimum: self.minimum.or(other.minimum),
+            maximum: self.maximum.or(other.maximum),
+            multiple_of: self.multiple_of.or(other.multiple_of),
+            min_length: self.min_length.or(other.min_length),
+            max_length: self.max_length.or(other.max_length),
+            pattern: self.pattern.or(other.pattern),
+            min_items: self.min_items.or(other.min_items),
+            max_items: self.max_items.or(other.max_items),
+            unique_items: self.unique_items || other.unique_items,
+            min_properties: self.min_properties.or(other.min_properties),
+            max_properties: self.max_properties.or(other.max_properties),
+        }
     }
 }
 

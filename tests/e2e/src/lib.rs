@@ -43,3 +43,9 @@ pub mod docs_hostile {
 pub mod tagged_orders {
     idem_runtime::include_api!("tagged_orders");
 }
+
+/// `fixtures/directory/`: one module per minimal case of what real specs
+/// from APIs.guru's directory broke.
+pub mod directory {
+    include!(concat!(env!("OUT_DIR"), "/directory.rs"));
+}
