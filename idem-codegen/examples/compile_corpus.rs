@@ -1,14 +1,23 @@
 //! The corpus compile rate: generate the client and the server for every OpenAPI root
-//! document in `../shared/specs` (or `IDEM_SPECS_DIR`), type-check each
+//! document in `../shared/specs` (or `IDEM_SPECS_DIR`), or for a seeded
+//! sample of every document under a folder (APIs.guru's directory), type-check each
 //! generated crate with warnings denied, and print a table.
 //!
 //! ```text
-//! cargo run --release -p idem-codegen --example compile_corpus [-- FILTER…]
+//! cargo run --release -p idem-codegen --example compile_corpus -- \
+//!     [--dir DIR [--sample N --seed S]] [--results FILE] [FILTER…]
 //! ```
 //!
 //! Crates are written to `target/corpus/<name>` as one workspace with one
 //! shared target dir, so dependencies compile once. `FILTER`s keep only
-//! specs whose path contains one of them. Exits 1 when any spec fails.
+//! specs whose path contains one of them. `--dir` takes every `.json` and
+//! `.yaml` under DIR instead of the corpus manifest; `--sample N --seed S`
+//! checks N of them, the same N for the same seed on any machine.
+//! `--results` also writes the table to FILE. Exits 1 when any spec fails.
+//!
+//! Beside each crate's result, the table counts the fields generated as
+//! `serde_json::Value`, by reason: those the spec leaves free-form, and
+//! those it describes but idem could not type.
 //!
 //! A spec whose generated code passes 20,000 lines is also checked as a
 //! user of part of it would build it: filtered (the client of the first
@@ -16,6 +25,9 @@
 //! whole-API client crate with one resource-group feature alone, for the
 //! first, the middle and the last group.
 
+mod bench_support;
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -36,6 +48,8 @@ struct Row {
     check_ms: u128,
     /// Extra `cargo check` arguments (the features of a gated crate).
     check_args: Vec<String>,
+    /// `serde_json::Value` fields by reason.
+    untyped: BTreeMap<String, usize>,
 }
 
 impl Row {
@@ -49,6 +63,7 @@ impl Row {
             generate_ms,
             check_ms: 0,
             check_args: Vec::new(),
+            untyped: BTreeMap::new(),
         }
     }
 }
@@ -61,34 +76,74 @@ fn main() {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    let specs_dir = std::env::var_os("IDEM_SPECS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("../shared/specs"));
-    let manifest = match std::fs::read_to_string(specs_dir.join("MANIFEST.tsv")) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("skipped: no corpus at {} ({e})", specs_dir.display());
-            return;
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut option = |name: &str| {
+        let i = args.iter().position(|a| a == name)?;
+        let value = args.get(i + 1).cloned();
+        args.drain(i..(i + 2).min(args.len()));
+        value
+    };
+    let dir = option("--dir").map(PathBuf::from);
+    let sample: Option<usize> = option("--sample").and_then(|n| n.parse().ok());
+    let seed: u64 = option("--seed").and_then(|n| n.parse().ok()).unwrap_or(0);
+    let results = option("--results").map(PathBuf::from);
+    let filters = args;
+    // (path relative to the specs folder, whether it is a root to generate)
+    let (specs_dir, listed): (PathBuf, Vec<String>) = match &dir {
+        Some(dir) => match bench_support::documents(dir) {
+            Ok(found) => {
+                let relative: Vec<String> = found
+                    .iter()
+                    .filter_map(|p| p.strip_prefix(dir).ok())
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .collect();
+                let chosen = match sample {
+                    Some(n) => bench_support::sample(&relative, n, seed),
+                    None => relative,
+                };
+                (dir.clone(), chosen)
+            }
+            Err(e) => {
+                eprintln!("error: cannot read {}: {e}", dir.display());
+                std::process::exit(2);
+            }
+        },
+        None => {
+            let specs_dir = std::env::var_os("IDEM_SPECS_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| workspace.join("../shared/specs"));
+            let manifest = match std::fs::read_to_string(specs_dir.join("MANIFEST.tsv")) {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("skipped: no corpus at {} ({e})", specs_dir.display());
+                    return;
+                }
+            };
+            let roots = manifest
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let columns: Vec<&str> = line.split('\t').collect();
+                    let (path, version) = (columns.first()?, columns.get(5)?);
+                    (version.starts_with("openapi 3") || version.starts_with("swagger 2"))
+                        .then(|| (*path).to_owned())
+                })
+                .collect();
+            (specs_dir, roots)
         }
     };
-    let filters: Vec<String> = std::env::args().skip(1).collect();
     let out = workspace.join("target/corpus");
     let mut members = Vec::new();
     let mut rows = Vec::new();
-    for line in manifest.lines().skip(1) {
-        let columns: Vec<&str> = line.split('\t').collect();
-        let (Some(path), Some(version)) = (columns.first(), columns.get(5)) else {
-            continue;
-        };
+    for path in &listed {
+        let path = path.as_str();
         if !filters.is_empty() && !filters.iter().any(|f| path.contains(f.as_str())) {
-            continue;
-        }
-        if !version.starts_with("openapi 3") && !version.starts_with("swagger 2") {
             continue;
         }
         let name = format!(
             "corpus-{}",
-            path.replace(['/', '.', '_'], "-").to_ascii_lowercase()
+            path.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
+                .to_ascii_lowercase()
         );
         let started = Instant::now();
         let runtime = Runtime::Path(workspace.join("idem-runtime"));
@@ -99,7 +154,7 @@ fn main() {
             }
             Ok(())
         };
-        let result = (|| -> Result<(Model, usize, usize, usize), String> {
+        let result = (|| -> Result<(Model, usize, usize, usize, BTreeMap<String, usize>), String> {
             let document = idem_codegen::load::Document::load(&specs_dir.join(path))
                 .map_err(|f| format!("load: {}", f.error))?;
             let model = idem_codegen::model::build(document, &idem_codegen::audit::rule_names())
@@ -119,14 +174,15 @@ fn main() {
                 generated.lines,
                 groups(&generated.items),
                 numbered(&generated.items),
+                bench_support::untyped(&generated.items),
             ))
         })();
         let generate_ms = started.elapsed().as_millis();
         let model = match result {
-            Ok((model, lines, groups, numbered)) => {
+            Ok((model, lines, groups, numbered, untyped)) => {
                 members.push(name.clone());
                 rows.push(Row {
-                    spec: (*path).to_owned(),
+                    spec: path.to_owned(),
                     result: name.clone(),
                     lines,
                     groups,
@@ -134,11 +190,12 @@ fn main() {
                     generate_ms,
                     check_ms: 0,
                     check_args: Vec::new(),
+                    untyped,
                 });
                 (lines > LARGE).then_some(model)
             }
             Err(e) => {
-                rows.push(Row::failed((*path).to_owned(), &e, generate_ms));
+                rows.push(Row::failed(path.to_owned(), &e, generate_ms));
                 None
             }
         };
@@ -224,6 +281,7 @@ fn main() {
                             generate_ms,
                             check_ms: 0,
                             check_args,
+                            untyped: BTreeMap::new(),
                         });
                     }
                 }
@@ -293,28 +351,62 @@ fn main() {
         };
         eprintln!("{:<58} {}", row.spec, row.result);
     }
-    println!(
-        "| spec | result | lines | groups | numbered names | generate ms | check ms |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    let mut table = String::from(
+        "| spec | result | lines | groups | numbered names | untyped | free-form | generate ms | check ms |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
+    let mut reasons: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     for row in &rows {
-        println!(
-            "| {} | {} | {} | {} | {} | {} | {} |",
+        let free = row
+            .untyped
+            .get(bench_support::FREE_FORM)
+            .copied()
+            .unwrap_or(0);
+        let all: usize = row.untyped.values().sum();
+        table.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {free} | {} | {} |\n",
             row.spec,
             row.result,
             row.lines,
             row.groups,
             row.numbered,
+            all - free,
             row.generate_ms,
             row.check_ms
-        );
+        ));
+        for (reason, n) in &row.untyped {
+            let entry = reasons.entry(reason).or_default();
+            entry.0 += n;
+            entry.1 += 1;
+        }
     }
-    println!(
-        "\nnumbered names in all: {}",
+    table.push_str(&format!(
+        "\nnumbered names in all: {}\n",
         rows.iter().map(|r| r.numbered).sum::<usize>()
-    );
+    ));
+    let mut reasons: Vec<_> = reasons.into_iter().collect();
+    reasons.sort_by_key(|(_, (n, _))| std::cmp::Reverse(*n));
+    table.push_str("\n| `serde_json::Value` fields, by reason | fields | crates |\n| --- | ---: | ---: |\n");
+    for (reason, (n, crates)) in &reasons {
+        table.push_str(&format!("| {reason} | {n} | {crates} |\n"));
+    }
     let total = rows.len();
-    println!("\n{} of {total} compile with no warnings", total - failures);
+    table.push_str(&format!(
+        "\n{} of {total} compile with no warnings\n",
+        total - failures
+    ));
+    if let (Some(dir), Some(n)) = (&dir, sample) {
+        table.push_str(&format!(
+            "(a sample of {n} of the documents under {}, seed {seed})\n",
+            dir.display()
+        ));
+    }
+    print!("{table}");
+    if let Some(path) = &results
+        && let Err(e) = std::fs::write(path, &table)
+    {
+        eprintln!("error: cannot write {}: {e}", path.display());
+    }
     if failures > 0 {
         std::process::exit(1);
     }

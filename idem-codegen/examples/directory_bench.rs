@@ -14,8 +14,10 @@
 //! process's wall time and its peak resident memory. A run past `--timeout`
 //! (default 120 s) is killed and reported. Every row goes to the results
 //! file (TSV, default `target/directory-bench.tsv`) as it finishes; the
-//! end prints the ten largest documents and time and memory per input-size
-//! band. Exits 1 when a run panics, times out or exits with neither 0 nor
+//! end prints the ten largest documents, time and memory per input-size
+//! band, and the fields generated as `serde_json::Value`, counted by the
+//! reason their doc comment gives (`Untyped: …`, or `Free-form JSON` where
+//! the spec itself leaves a value open). Exits 1 when a run panics, times out or exits with neither 0 nor
 //! the findings code.
 
 use std::path::{Path, PathBuf};
@@ -23,6 +25,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use std::io::Write as _;
+
+mod bench_support;
+use bench_support::{FREE_FORM, documents, untyped_in};
 
 /// One process's measured run.
 #[derive(Debug, Clone, Default)]
@@ -59,6 +64,8 @@ struct Row {
     input_mb: f64,
     audit: Run,
     generate: Run,
+    /// `serde_json::Value` fields by reason, from the generated code.
+    untyped: std::collections::BTreeMap<String, usize>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -108,7 +115,7 @@ fn main() -> anyhow::Result<()> {
     let mut out = std::fs::File::create(&results)?;
     writeln!(
         out,
-        "spec\tinput_mb\taudit_s\taudit_mb\taudit_outcome\tgenerate_s\tgenerate_mb\tgenerate_outcome\toutput_lines"
+        "spec\tinput_mb\taudit_s\taudit_mb\taudit_outcome\tgenerate_s\tgenerate_mb\tgenerate_outcome\toutput_lines\tuntyped\tfree_form"
     )?;
     let started = Instant::now();
     let mut rows = Vec::new();
@@ -143,16 +150,19 @@ fn main() -> anyhow::Result<()> {
             timeout,
             scratch.path(),
         )?;
+        let untyped = untyped_in(&target.join("src"));
+        let free_form = untyped.get(FREE_FORM).copied().unwrap_or(0);
         writeln!(
             out,
-            "{name}\t{input_mb:.3}\t{:.2}\t{:.0}\t{}\t{:.2}\t{:.0}\t{}\t{}",
+            "{name}\t{input_mb:.3}\t{:.2}\t{:.0}\t{}\t{:.2}\t{:.0}\t{}\t{}\t{}\t{free_form}",
             audit.seconds,
             audit.peak_mb,
             audit.outcome(),
             generate.seconds,
             generate.peak_mb,
             generate.outcome(),
-            generate.lines
+            generate.lines,
+            untyped.values().sum::<usize>() - free_form,
         )?;
         if audit.failed() || generate.failed() || (i + 1) % 100 == 0 {
             eprintln!(
@@ -169,6 +179,7 @@ fn main() -> anyhow::Result<()> {
             input_mb,
             audit,
             generate,
+            untyped,
         });
     }
     report(&rows, started.elapsed().as_secs_f64());
@@ -181,27 +192,6 @@ fn main() -> anyhow::Result<()> {
         std::process::exit(1);
     }
     Ok(())
-}
-
-/// Every `.json`, `.yaml` and `.yml` file under `dir`, sorted.
-fn documents(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let mut found = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(folder) = todo.pop() {
-        for entry in std::fs::read_dir(&folder)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                todo.push(path);
-            } else if path
-                .extension()
-                .is_some_and(|e| e == "json" || e == "yaml" || e == "yml")
-            {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    Ok(found)
 }
 
 /// Runs `idem ARGS SPEC` under `/usr/bin/time` and `timeout`.
@@ -285,6 +275,20 @@ fn report(rows: &[Row], total: f64) {
             row.generate.peak_mb,
             row.generate.lines
         );
+    }
+    let mut reasons = std::collections::BTreeMap::<&str, (usize, usize)>::new();
+    for row in rows {
+        for (reason, n) in &row.untyped {
+            let entry = reasons.entry(reason.as_str()).or_default();
+            entry.0 += n;
+            entry.1 += 1;
+        }
+    }
+    let mut reasons: Vec<_> = reasons.into_iter().collect();
+    reasons.sort_by_key(|(_, (n, _))| std::cmp::Reverse(*n));
+    println!("\n| `serde_json::Value` fields, by reason | fields | crates |\n| --- | ---: | ---: |");
+    for (reason, (n, crates)) in &reasons {
+        println!("| {reason} | {n} | {crates} |");
     }
     // Growth with input size: bands of size, their medians and maxima.
     println!(

@@ -9,7 +9,6 @@ mod server;
 pub(crate) mod types;
 
 use proc_macro2::TokenStream;
-use quote::quote;
 
 use crate::model::Model;
 
@@ -148,28 +147,27 @@ pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateE
     if options.feature_groups && options.client && !options.server {
         space.features = Some(features::Features::new());
     }
+    // Each part is formatted as soon as it is emitted, one item at a time:
+    // the tokens and syntax tree of a whole large API never exist at once.
     let client = if options.client {
-        client::emit(model, &mut space)
+        unparse_items(client::emit(model, &mut space))?
     } else {
-        TokenStream::new()
+        String::new()
     };
     let server = if options.server {
-        server::emit(model, &mut space)
+        unparse_items(server::emit(model, &mut space))?
     } else {
-        TokenStream::new()
+        String::new()
     };
     space.finish();
-    let types = space.render();
-    let tokens = quote! {
-        #types
-        #client
-        #server
-    };
-    let file =
-        syn::parse2::<syn::File>(tokens).map_err(|e| GenerateError::Unparsable(e.to_string()))?;
-    let items = spaced(&types::wrap_macros(
-        &space.resolve(&prettyplease::unparse(&file)),
-    ));
+    let mut code = unparse_items(space.render())?;
+    code.reserve(client.len() + server.len());
+    code.push_str(&client);
+    drop(client);
+    code.push_str(&server);
+    drop(server);
+    let items = spaced(&types::wrap_macros(&space.resolve(&code)));
+    drop(code);
     let lines = items.lines().count();
     let features = [("client", options.client), ("server", options.server)]
         .into_iter()
@@ -187,6 +185,63 @@ pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateE
         cargo_features,
         notes: space.notes,
     })
+}
+
+/// `tokens`, a sequence of items, formatted: split at item boundaries and
+/// each piece parsed and printed alone, so memory is bounded by the largest
+/// item rather than by the whole file.
+///
+/// A piece ends at a top-level `;`, or at the brace-delimited body of an
+/// item that has one (`struct`, `enum`, `impl`, `fn`, `mod`, `trait`, an
+/// item macro). Pieces are moved, never cloned: a shared token tree would
+/// be copied deep by the parser.
+fn unparse_items(tokens: TokenStream) -> Result<String, GenerateError> {
+    use proc_macro2::{Delimiter, TokenTree};
+    let mut out = String::new();
+    let mut piece: Vec<TokenTree> = Vec::new();
+    // Whether the piece is an item whose body is a brace group.
+    let mut braced = false;
+    let mut trees = tokens.into_iter().peekable();
+    let mut flush = |piece: &mut Vec<TokenTree>| -> Result<(), GenerateError> {
+        let stream: TokenStream = piece.drain(..).collect();
+        let file = syn::parse2::<syn::File>(stream)
+            .map_err(|e| GenerateError::Unparsable(e.to_string()))?;
+        out.push_str(&prettyplease::unparse(&file));
+        Ok(())
+    };
+    while let Some(tree) = trees.next() {
+        let ends = match &tree {
+            TokenTree::Punct(p) => {
+                // `name! { … }`: an item macro.
+                braced |= p.as_char() == '!';
+                p.as_char() == ';'
+            }
+            TokenTree::Ident(i) => {
+                braced |= ["struct", "enum", "impl", "fn", "mod", "trait"]
+                    .iter()
+                    .any(|k| i == k);
+                false
+            }
+            TokenTree::Group(g) => braced && g.delimiter() == Delimiter::Brace,
+            TokenTree::Literal(_) => false,
+        };
+        piece.push(tree);
+        if !ends {
+            continue;
+        }
+        if let Some(TokenTree::Punct(p)) = trees.peek()
+            && p.as_char() == ';'
+            && let Some(semi) = trees.next()
+        {
+            piece.push(semi);
+        }
+        flush(&mut piece)?;
+        braced = false;
+    }
+    if !piece.is_empty() {
+        flush(&mut piece)?;
+    }
+    Ok(out)
 }
 
 /// `generated.items` as a crate's `lib.rs`: header, lint allowances, items.

@@ -42,6 +42,50 @@ fn human_report_points_into_the_file() {
     ));
 }
 
+/// A minified document is one line: each finding shows a window of it
+/// around the finding, with the line's own column in the location, and
+/// `generate` shows a few findings in full and counts the rest.
+#[test]
+fn findings_on_a_minified_document_show_a_window_of_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let filler = "x".repeat(5_000);
+    let mut paths = Vec::new();
+    for i in 0..8 {
+        paths.push(format!(
+            r#""/v1/items{i}":{{"post":{{"description":"{filler}","operationId":"create{i}","responses":{{"201":{{"description":"ok"}}}}}}}}"#
+        ));
+    }
+    let text = format!(
+        r#"{{"openapi":"3.0.3","info":{{"title":"Minified","version":"1"}},"paths":{{{}}}}}"#,
+        paths.join(",")
+    );
+    let spec = dir.path().join("minified.json");
+    std::fs::write(&spec, &text).unwrap();
+    let spec = spec.to_str().unwrap();
+    let o = idem(&["audit", spec, "--color", "never"]);
+    assert_eq!(o.code, EXIT_FINDINGS, "{}", o.stderr);
+    assert!(
+        o.stdout.lines().all(|l| l.chars().count() < 300),
+        "{}",
+        o.stdout
+    );
+    // The first `post` is at this column of line 1.
+    let column = text.find(r#""post""#).unwrap() + 1;
+    assert!(
+        o.stdout.contains(&format!("minified.json:1:{column}\n")),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains(r#"1 | …"#), "{}", o.stdout);
+    assert!(o.stdout.contains(r#"{"post":{"description":"xxx"#), "{}", o.stdout);
+    let out = dir.path().join("out");
+    let o = idem(&["generate", spec, "--out", out.to_str().unwrap()]);
+    assert_eq!(o.code, EXIT_FINDINGS);
+    assert_eq!(o.stderr.matches("error[IDEM001]").count(), 5, "{}", o.stderr);
+    assert!(o.stderr.contains("… and 3 more finding(s)"), "{}", o.stderr);
+    assert!(o.stderr.contains("8  IDEM001 unkeyed-unsafe-write"), "{}", o.stderr);
+}
+
 #[test]
 fn json_report_has_the_documented_shape() {
     let o = idem(&["audit", "--format", "json", &fixture("cratebase.yaml")]);
@@ -566,7 +610,15 @@ fn idem_generate_stops_on_audit_errors_unless_allowed() {
     ]);
     assert_eq!(o.code, EXIT_FINDINGS);
     assert!(o.stderr.contains("error[IDEM001]"), "{}", o.stderr);
-    assert!(o.stderr.contains("nothing generated"));
+    // One line says every way on.
+    let refusal = o
+        .stderr
+        .lines()
+        .find(|l| l.contains("nothing generated"))
+        .unwrap();
+    for way in ["--overlay", "allow:", "--allow-findings"] {
+        assert!(refusal.contains(way), "{refusal}");
+    }
     assert!(!Path::new(out).exists());
     let o = idem(&[
         "generate",

@@ -547,6 +547,36 @@ impl<'d> SchemaBuilder<'d> {
                 self.ensure_built(id, depth + 1);
             }
         }
+        // One scalar type said several times (a reference to a string and
+        // `type: string` with a bound): that type, with every part's bounds.
+        let scalar = |kind: &Kind| {
+            matches!(
+                kind,
+                Kind::String(_) | Kind::Integer(_) | Kind::Number(_) | Kind::Boolean
+            )
+        };
+        let kinds: Vec<&Kind> = built
+            .iter()
+            .filter(|p| p.kind != Kind::Any)
+            .map(|p| &self.schemas.resolve(p).kind)
+            .collect();
+        if kinds.iter().all(|k| scalar(k))
+            && kinds
+                .windows(2)
+                .all(|w| std::mem::discriminant(w[0]) == std::mem::discriminant(w[1]))
+        {
+            let chosen = built
+                .iter()
+                .position(|p| matches!(p.kind, Kind::Ref(_)))
+                .or_else(|| built.iter().position(|p| p.kind != Kind::Any))
+                .unwrap_or(0);
+            let only = built.swap_remove(chosen);
+            for part in built {
+                annotate(schema, part);
+            }
+            annotate_from(schema, &only);
+            return only.kind;
+        }
         match self.merge(&built) {
             Some(object) => Kind::Object(object),
             None => Kind::AllOf(built),
@@ -569,6 +599,14 @@ impl<'d> SchemaBuilder<'d> {
                 Kind::Object(object) => object,
                 // Bare `{}` or a description-only part adds nothing.
                 Kind::Any => continue,
+                // Only `additionalProperties`: the other parts' fields,
+                // and these beside them (custom fields).
+                Kind::Map(values) => {
+                    if merged.additional.is_none() {
+                        merged.additional = Some(values.clone());
+                    }
+                    continue;
+                }
                 _ => return None,
             };
             for property in &object.properties {
