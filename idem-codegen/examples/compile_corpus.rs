@@ -68,6 +68,10 @@ impl Row {
     }
 }
 
+/// One spec generated: its model, lines, groups, numbered names and
+/// untyped fields by reason.
+type Generation = (Model, usize, usize, usize, BTreeMap<String, usize>);
+
 /// Generated code past this many lines is also checked filtered and gated.
 const LARGE: usize = 20_000;
 
@@ -154,7 +158,7 @@ fn main() {
             }
             Ok(())
         };
-        let result = (|| -> Result<(Model, usize, usize, usize, BTreeMap<String, usize>), String> {
+        let result = (|| -> Result<Generation, String> {
             let document = idem_codegen::load::Document::load(&specs_dir.join(path))
                 .map_err(|f| format!("load: {}", f.error))?;
             let model = idem_codegen::model::build(document, &idem_codegen::audit::rule_names())
@@ -386,7 +390,9 @@ fn main() {
     ));
     let mut reasons: Vec<_> = reasons.into_iter().collect();
     reasons.sort_by_key(|(_, (n, _))| std::cmp::Reverse(*n));
-    table.push_str("\n| `serde_json::Value` fields, by reason | fields | crates |\n| --- | ---: | ---: |\n");
+    table.push_str(
+        "\n| `serde_json::Value` fields, by reason | fields | crates |\n| --- | ---: | ---: |\n",
+    );
     for (reason, (n, crates)) in &reasons {
         table.push_str(&format!("| {reason} | {n} | {crates} |\n"));
     }

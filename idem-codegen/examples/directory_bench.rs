@@ -53,7 +53,8 @@ impl Run {
         } else if self.panicked {
             "panic".to_owned()
         } else {
-            self.code.map_or("signal".to_owned(), |c| format!("exit {c}"))
+            self.code
+                .map_or("signal".to_owned(), |c| format!("exit {c}"))
         }
     }
 }
@@ -81,7 +82,9 @@ fn main() -> anyhow::Result<()> {
         .map(Path::to_path_buf)
         .unwrap_or_default();
     let Some(dir) = value("--dir").map(PathBuf::from) else {
-        anyhow::bail!("usage: directory_bench --dir DIR [--idem BIN] [--results FILE] [--timeout SECS] [--only SUBSTRING…]");
+        anyhow::bail!(
+            "usage: directory_bench --dir DIR [--idem BIN] [--results FILE] [--timeout SECS] [--only SUBSTRING…]"
+        );
     };
     let idem = value("--idem")
         .map(PathBuf::from)
@@ -109,7 +112,10 @@ fn main() -> anyhow::Result<()> {
     );
     let mut specs = documents(&dir)?;
     if !only.is_empty() {
-        specs.retain(|p| only.iter().any(|o| p.to_string_lossy().contains(o.as_str())));
+        specs.retain(|p| {
+            only.iter()
+                .any(|o| p.to_string_lossy().contains(o.as_str()))
+        });
     }
     let scratch = tempfile::tempdir()?;
     let mut out = std::fs::File::create(&results)?;
@@ -286,7 +292,9 @@ fn report(rows: &[Row], total: f64) {
     }
     let mut reasons: Vec<_> = reasons.into_iter().collect();
     reasons.sort_by_key(|(_, (n, _))| std::cmp::Reverse(*n));
-    println!("\n| `serde_json::Value` fields, by reason | fields | crates |\n| --- | ---: | ---: |");
+    println!(
+        "\n| `serde_json::Value` fields, by reason | fields | crates |\n| --- | ---: | ---: |"
+    );
     for (reason, (n, crates)) in &reasons {
         println!("| {reason} | {n} | {crates} |");
     }

@@ -69,7 +69,7 @@ impl LineIndex {
             if b & 0xC0 == 0x80 {
                 continue;
             }
-            if chars % MARK_EVERY == 0 {
+            if chars.is_multiple_of(MARK_EVERY) {
                 index.marks.push(i);
             }
             chars += 1;
@@ -119,7 +119,13 @@ impl SourceFile {
     /// line when it is short, else `before` characters before the column
     /// and `after` from it, each cut side marked with `…`. The cost does
     /// not depend on the line's length.
-    pub fn excerpt(&self, line: u32, column: u32, before: usize, after: usize) -> Option<Excerpt<'_>> {
+    pub fn excerpt(
+        &self,
+        line: u32,
+        column: u32,
+        before: usize,
+        after: usize,
+    ) -> Option<Excerpt<'_>> {
         let range = self.line_range(line)?;
         let text = &self.text;
         let index = self.index();
@@ -237,7 +243,10 @@ mod tests {
         let id = map.add(PathBuf::from("a.json"), format!("short\r\n{long}\nend"));
         let file = map.get(id).unwrap();
         let whole = file.excerpt(1, 3, 40, 80).unwrap();
-        assert_eq!((whole.text.as_ref(), whole.offset, whole.clipped), ("short", 2, false));
+        assert_eq!(
+            (whole.text.as_ref(), whole.offset, whole.clipped),
+            ("short", 2, false)
+        );
         // The column of `é`, past two marks of characters.
         let cut = file.excerpt(2, 3001, 5, 4).unwrap();
         assert_eq!(cut.text, "…aaaaaébbb…");

@@ -77,13 +77,26 @@ fn findings_on_a_minified_document_show_a_window_of_the_line() {
         o.stdout
     );
     assert!(o.stdout.contains(r#"1 | …"#), "{}", o.stdout);
-    assert!(o.stdout.contains(r#"{"post":{"description":"xxx"#), "{}", o.stdout);
+    assert!(
+        o.stdout.contains(r#"{"post":{"description":"xxx"#),
+        "{}",
+        o.stdout
+    );
     let out = dir.path().join("out");
     let o = idem(&["generate", spec, "--out", out.to_str().unwrap()]);
     assert_eq!(o.code, EXIT_FINDINGS);
-    assert_eq!(o.stderr.matches("error[IDEM001]").count(), 5, "{}", o.stderr);
+    assert_eq!(
+        o.stderr.matches("error[IDEM001]").count(),
+        5,
+        "{}",
+        o.stderr
+    );
     assert!(o.stderr.contains("… and 3 more finding(s)"), "{}", o.stderr);
-    assert!(o.stderr.contains("8  IDEM001 unkeyed-unsafe-write"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("8  IDEM001 unkeyed-unsafe-write"),
+        "{}",
+        o.stderr
+    );
 }
 
 #[test]

@@ -115,13 +115,6 @@ fn outcomes(report: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-const BUILDS_ON_REPLAY: [&str; 4] = [
-    "payload-mismatch",
-    "caller-isolation",
-    "concurrent-duplicates",
-    "failed-request-not-stored",
-];
-
 #[test]
 fn a_correct_server_holds_every_check() {
     let Some(server) = Orders::start("correct", &[]) else {
@@ -136,7 +129,7 @@ fn a_correct_server_holds_every_check() {
     assert_eq!(report["not_sent"][0]["operation"], "addNote");
     let planned = report["requests"]["planned"].as_u64().unwrap();
     let sent = report["requests"]["sent"].as_u64().unwrap();
-    assert_eq!(planned, 50);
+    assert_eq!(planned, 51);
     assert!(sent <= planned, "{sent} > {planned}");
     // Every resource it made is listed with the key that made it.
     let created = report["created"].as_array().unwrap();
@@ -152,47 +145,173 @@ fn a_correct_server_holds_every_check() {
     assert_ne!(again["key_prefix"], report["key_prefix"]);
 }
 
+/// The checks in the order a run makes them, for the tables below.
+const ORDER: [&str; 7] = [
+    "replay",
+    "payload-mismatch",
+    "caller-isolation",
+    "concurrent-duplicates",
+    "key-required",
+    "key-bounds",
+    "failed-request-not-stored",
+];
+
+/// Each check's outcome in [`ORDER`], one letter each: `H`eld, `F`ailed,
+/// `U`ndecided, `S`kipped; `*` after one decided from effects.
+fn verdicts(report: &Value) -> String {
+    let checks = report["operations"][0]["checks"].as_array().unwrap();
+    ORDER
+        .iter()
+        .map(|name| {
+            let c = checks.iter().find(|c| c["check"] == *name).unwrap();
+            let letter = match c["outcome"].as_str().unwrap() {
+                "held" => "H",
+                "failed" => "F",
+                "undecided" => "U",
+                _ => "S",
+            };
+            let effects = if c["decided_from"] == "effects" {
+                "*"
+            } else {
+                ""
+            };
+            format!("{letter}{effects}")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `fixtures/probe.yaml` with the key declared `format: uuid`.
+fn uuid_spec(dir: &std::path::Path) -> std::path::PathBuf {
+    let fixture = std::fs::read_to_string(SPEC).unwrap();
+    let declared = fixture.replace(
+        "          required: true\n          schema: { type: string, minLength: 1, maxLength: 64 }\n        - $ref",
+        "          required: true\n          schema: { type: string, format: uuid }\n        - $ref",
+    );
+    assert_ne!(declared, fixture);
+    let spec = dir.join("uuid.yaml");
+    std::fs::write(&spec, declared).unwrap();
+    spec
+}
+
+/// Every broken server of the suite, one way of getting the key contract
+/// wrong each, with the verdicts it must get (in [`ORDER`]). The checks
+/// after `replay` are decided from effects where the replay fails but each
+/// answer names its order, which `GET /v1/orders/{id}` reads back.
 #[test]
-fn each_defect_fails_the_check_that_names_it_and_no_other() {
-    let cases = [
-        ("race", "concurrent-duplicates"),
-        ("ignore-key", "replay"),
-        ("regenerate", "replay"),
-        ("ignore-body", "payload-mismatch"),
-        ("global-keys", "caller-isolation"),
-        ("store-validation", "failed-request-not-stored"),
+fn each_server_gets_the_verdicts_it_must() {
+    let dir = tempfile::tempdir().unwrap();
+    let uuid = uuid_spec(dir.path());
+    let uuid = uuid.to_str().unwrap();
+    let cases: [(&str, &str, &str); 15] = [
+        ("correct", SPEC, "H H H H H H H"),
+        // Check-then-insert without a lock, and a lock around the lookup only.
+        ("race", SPEC, "H H H F H H H"),
+        ("lookup-lock", SPEC, "H H H F H H H"),
+        // The key never looked up: every request an order, counted by reading back.
+        ("ignore-key", SPEC, "F F* H* F* H H H*"),
+        // A new id made up for each replay: the ids do not read back.
+        ("regenerate", SPEC, "F H* H* H* H H H*"),
+        ("ignore-body", SPEC, "H F H H H H H"),
+        ("body-in-key", SPEC, "H F H H H H H"),
+        ("global-keys", SPEC, "H H F H H H H"),
+        ("store-validation", SPEC, "H H H H H H F"),
+        // The original order replayed under 409.
+        ("wrong-status", SPEC, "F H* H* H* H H H*"),
+        // `Idempotent-Replayed: false` on originals is no replay.
+        ("false-header", SPEC, "H H H H H H H"),
+        // Keys the spec declares as UUIDs, and a service that takes only those.
+        ("uuid-keys", uuid, "H H H H H H H"),
+        // A key with a space is taken; the spec forbids no character: a note.
+        ("any-characters", SPEC, "H H H H H H H"),
+        // The first answer of every key is a 500, stored and replayed.
+        ("stored-5xx", SPEC, "F U U U U H U"),
+        // Keys the spec does not declare as UUIDs: every keyed request a 500.
+        ("uuid-keys", SPEC, "U U U U U H U"),
     ];
-    for (defect, named) in cases {
-        let Some(server) = Orders::start(defect, &[]) else {
+    let mut wrong = Vec::new();
+    for (server, spec, expected) in cases {
+        let Some(running) = Orders::start(server, &[]) else {
             return;
         };
-        let (code, report) = probe(&server.url, &[]);
-        assert_eq!(code, 1, "{defect}: {report:#}");
-        for (check, outcome) in outcomes(&report) {
-            let expected = if check == named {
-                "failed"
-            } else if named == "replay" && BUILDS_ON_REPLAY.contains(&check.as_str()) {
-                // Said once, at its root: the rest cannot be judged.
-                "undecided"
-            } else {
-                "held"
-            };
-            assert_eq!(outcome, expected, "{defect}, {check}: {report:#}");
+        let (code, report) = probe_with(spec, &running.url, &[]);
+        let got = verdicts(&report);
+        if got != expected {
+            wrong.push(format!(
+                "{server} ({spec}): got {got}, want {expected}\n{report:#}"
+            ));
         }
-        let failed = report["operations"][0]["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["check"] == named)
-            .unwrap();
-        assert!(
-            !failed["evidence"].as_array().unwrap().is_empty(),
-            "{defect}: a failure shows its requests: {failed:#}"
-        );
-        if named == "concurrent-duplicates" {
-            assert!(failed["tries"].as_str().unwrap().contains("rounds"));
+        let failing = expected.contains('F') || expected.contains('U');
+        assert_eq!(code, i32::from(failing), "{server}: {report:#}");
+        let checks = report["operations"][0]["checks"].as_array().unwrap();
+        for c in checks {
+            if c["outcome"] == "failed" {
+                assert!(
+                    !c["evidence"].as_array().unwrap().is_empty(),
+                    "{server}: a failure shows its requests: {c:#}"
+                );
+            }
+        }
+        let check = |name: &str| checks.iter().find(|c| c["check"] == name).unwrap().clone();
+        match server {
+            "race" | "lookup-lock" => {
+                // Every round runs and says what it made.
+                let tries = check("concurrent-duplicates")["tries"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                assert!(
+                    tries.contains("round 1: ") && tries.contains("round 2: "),
+                    "{tries}"
+                );
+            }
+            "ignore-key" => {
+                let reason = check("concurrent-duplicates")["reason"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                assert!(reason.contains("effects in round 1"), "{reason}");
+                assert!(report["requests"]["reads"].as_u64().unwrap() > 0);
+            }
+            "wrong-status" => {
+                let tries = check("concurrent-duplicates")["tries"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                assert!(tries.contains("round 1: 1 effect"), "{tries}");
+                assert!(check("replay")["reason"].as_str().unwrap().contains("409"));
+            }
+            "uuid-keys" if spec == uuid => {
+                let key = report["created"][0]["key"].as_str().unwrap();
+                assert_eq!(
+                    uuid::Uuid::parse_str(key).unwrap().get_version_num(),
+                    4,
+                    "{key}"
+                );
+            }
+            "uuid-keys" => {
+                let reason = check("replay")["reason"].as_str().unwrap().to_owned();
+                assert!(
+                    reason.contains("answered 500 to a well-formed request"),
+                    "{reason}"
+                );
+                assert!(reason.contains("format: uuid"), "{reason}");
+            }
+            "any-characters" => {
+                let notes = check("key-bounds")["notes"].to_string();
+                assert!(
+                    notes.contains("characters:") && notes.contains("not a failure"),
+                    "{notes}"
+                );
+            }
+            "stored-5xx" => {
+                let reason = check("replay")["reason"].as_str().unwrap().to_owned();
+                assert!(reason.contains("stored under the key"), "{reason}");
+            }
+            _ => {}
         }
     }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
 }
 
 #[test]
@@ -218,7 +337,7 @@ fn the_human_report_points_at_the_operation_and_other_formats_hold_the_same() {
         out.contains("skipped   PROBE003 caller-isolation (no `--second-caller` was given)"),
         "{out}"
     );
-    assert!(text(&human.stderr).contains("probe: up to 49 requests"));
+    assert!(text(&human.stderr).contains("probe: up to 50 requests"));
 
     let sarif = idem(&[&base[..], &["--format", "sarif"]].concat());
     let sarif: Value = serde_json::from_slice(&sarif.stdout).unwrap();
@@ -258,7 +377,7 @@ fn writes_need_consent_and_a_dry_run_sends_nothing() {
     assert_eq!(dry.status.code(), Some(0), "{}", text(&dry.stderr));
     let plan = text(&dry.stdout);
     assert!(
-        plan.contains("createOrder (POST /v1/orders): 49 requests"),
+        plan.contains("createOrder (POST /v1/orders): 50 requests"),
         "{plan}"
     );
     assert!(
@@ -267,7 +386,7 @@ fn writes_need_consent_and_a_dry_run_sends_nothing() {
     );
     assert!(plan.contains("addNote: never sent"), "{plan}");
     assert!(
-        plan.contains("49 requests to http://127.0.0.1:9 at most"),
+        plan.contains("50 requests to http://127.0.0.1:9 at most"),
         "{plan}"
     );
 
@@ -418,7 +537,7 @@ fn a_parameter_the_probe_cannot_make_is_given_with_param() {
     let out = idem(&[&base[..], &["--param", "account=AC1234"]].concat());
     let plan = text(&out.stdout);
     assert!(
-        plan.contains("createOrder (POST /v1/accounts/{account}/orders): 49 requests"),
+        plan.contains("createOrder (POST /v1/accounts/{account}/orders): 50 requests"),
         "{plan}"
     );
     let out = idem(&[&base[..], &["--param", "=x"]].concat());

@@ -182,10 +182,10 @@ macro_rules! __object {
         // A deprecated property is still read and written.
         #[allow(deprecated)]
         impl $crate::serde::Serialize for $name {
-            fn serialize<S: $crate::serde::Serializer>(
+            fn serialize<__S: $crate::serde::Serializer>(
                 &self,
-                serializer: S,
-            ) -> ::core::result::Result<S::Ok, S::Error> {
+                serializer: __S,
+            ) -> ::core::result::Result<__S::Ok, __S::Error> {
                 use $crate::serde::ser::SerializeMap as _;
                 let mut map = serializer.serialize_map(::core::option::Option::None)?;
                 $($crate::__object_field!(write map, &self.$field, $wire $(, $how)*);)*
@@ -195,12 +195,12 @@ macro_rules! __object {
 
         #[allow(deprecated)]
         impl<'de> $crate::serde::Deserialize<'de> for $name {
-            fn deserialize<D: $crate::serde::Deserializer<'de>>(
-                deserializer: D,
-            ) -> ::core::result::Result<Self, D::Error> {
-                struct Fields;
+            fn deserialize<__D: $crate::serde::Deserializer<'de>>(
+                deserializer: __D,
+            ) -> ::core::result::Result<Self, __D::Error> {
+                struct __ObjectVisitor;
 
-                impl<'de> $crate::serde::de::Visitor<'de> for Fields {
+                impl<'de> $crate::serde::de::Visitor<'de> for __ObjectVisitor {
                     type Value = $name;
 
                     fn expecting(
@@ -210,10 +210,10 @@ macro_rules! __object {
                         f.write_str(::core::concat!("an object (", ::core::stringify!($name), ")"))
                     }
 
-                    fn visit_map<A: $crate::serde::de::MapAccess<'de>>(
+                    fn visit_map<__A: $crate::serde::de::MapAccess<'de>>(
                         self,
-                        mut map: A,
-                    ) -> ::core::result::Result<$name, A::Error> {
+                        mut map: __A,
+                    ) -> ::core::result::Result<$name, __A::Error> {
                         $(let mut $field: ::core::option::Option<$ty> = ::core::option::Option::None;)*
                         while let ::core::option::Option::Some(key) =
                             map.next_key::<$crate::codec::Key<'de>>()?
@@ -234,7 +234,7 @@ macro_rules! __object {
                     }
                 }
 
-                deserializer.deserialize_map(Fields)
+                deserializer.deserialize_map(__ObjectVisitor)
             }
         }
     };
@@ -311,10 +311,10 @@ macro_rules! one_of {
         }
 
         impl $crate::serde::Serialize for $name {
-            fn serialize<S: $crate::serde::Serializer>(
+            fn serialize<__S: $crate::serde::Serializer>(
                 &self,
-                serializer: S,
-            ) -> ::core::result::Result<S::Ok, S::Error> {
+                serializer: __S,
+            ) -> ::core::result::Result<__S::Ok, __S::Error> {
                 match self {
                     $(Self::$variant(value) => $crate::serde::Serialize::serialize(value, serializer),)*
                 }
@@ -322,9 +322,9 @@ macro_rules! one_of {
         }
 
         impl<'de> $crate::serde::Deserialize<'de> for $name {
-            fn deserialize<D: $crate::serde::Deserializer<'de>>(
-                deserializer: D,
-            ) -> ::core::result::Result<Self, D::Error> {
+            fn deserialize<__D: $crate::serde::Deserializer<'de>>(
+                deserializer: __D,
+            ) -> ::core::result::Result<Self, __D::Error> {
                 let value: $crate::serde_json::Value =
                     $crate::serde::Deserialize::deserialize(deserializer)?;
                 $(
@@ -332,7 +332,7 @@ macro_rules! one_of {
                         return ::core::result::Result::Ok(Self::$variant(v));
                     }
                 )*
-                ::core::result::Result::Err($crate::codec::unexpected::<D::Error>(
+                ::core::result::Result::Err($crate::codec::unexpected::<__D::Error>(
                     ::core::concat!("one of the variants of ", ::core::stringify!($name)),
                 ))
             }

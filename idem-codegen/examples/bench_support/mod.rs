@@ -166,7 +166,6 @@ pub fn documents(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-
 /// `n` of `items`, chosen by a seeded shuffle (SplitMix64 driving
 /// Fisher-Yates), so a sample is the same on every machine; in the
 /// original order.

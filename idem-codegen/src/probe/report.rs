@@ -90,6 +90,9 @@ pub fn human(model: &Model, plan: &Plan, report: &RunReport, color: bool) -> Str
                 o.verdict.reason().unwrap_or_default()
             );
             let mut notes = Vec::new();
+            if let Some(basis) = &o.basis {
+                notes.push(basis.clone());
+            }
             if let Some(tries) = &o.tries {
                 notes.push(format!("tries: {tries}"));
             }
@@ -121,7 +124,7 @@ pub fn human(model: &Model, plan: &Plan, report: &RunReport, color: bool) -> Str
     for target in &report.targets {
         let _ = writeln!(out, "{}", target.label);
         for o in &target.outcomes {
-            let reason = match &o.verdict {
+            let mut reason = match &o.verdict {
                 Verdict::Skipped(r) => format!(" ({r})"),
                 Verdict::Held => o
                     .tries
@@ -130,6 +133,9 @@ pub fn human(model: &Model, plan: &Plan, report: &RunReport, color: bool) -> Str
                     .unwrap_or_default(),
                 _ => String::new(),
             };
+            if o.basis.is_some() {
+                reason.push_str(" [decided from effects]");
+            }
             let _ = writeln!(
                 out,
                 "  {:<9} {} {}{reason}",
@@ -137,6 +143,9 @@ pub fn human(model: &Model, plan: &Plan, report: &RunReport, color: bool) -> Str
                 o.check.code,
                 o.check.slug
             );
+            for note in &o.notes {
+                let _ = writeln!(out, "            note: {note}");
+            }
         }
     }
     for n in &plan.not_sent {
@@ -164,7 +173,7 @@ pub fn human(model: &Model, plan: &Plan, report: &RunReport, color: bool) -> Str
 /// The last line of every human report.
 pub fn summary_line(report: &RunReport) -> String {
     format!(
-        "probe: {} held, {} failed, {} undecided, {} skipped; {} of {} planned requests sent to {} in {:.1}s (keys {}-*)",
+        "probe: {} held, {} failed, {} undecided, {} skipped; {} of {} planned requests sent to {}{} in {:.1}s (keys {}*)",
         report.count("held"),
         report.count("failed"),
         report.count("undecided"),
@@ -172,6 +181,11 @@ pub fn summary_line(report: &RunReport) -> String {
         report.sent,
         report.planned,
         report.base_url,
+        if report.reads > 0 {
+            format!(", {} created resources read back", report.reads)
+        } else {
+            String::new()
+        },
         report.elapsed.as_secs_f64(),
         report.key_prefix
     )
@@ -205,6 +219,9 @@ pub fn json_report(model: &Model, plan: &Plan, report: &RunReport) -> Json {
                     "outcome": o.verdict.as_str(),
                     "reason": o.verdict.reason(),
                     "tries": o.tries,
+                    "decided_from": o.basis.as_ref().map(|_| "effects"),
+                    "basis": o.basis,
+                    "notes": o.notes,
                     "evidence": o.evidence.iter().map(|e| json!({
                         "request": e.request,
                         "status": e.status,
@@ -218,7 +235,7 @@ pub fn json_report(model: &Model, plan: &Plan, report: &RunReport) -> Json {
         "spec": model.document.sources.display(model.document.root().pos.file),
         "base_url": report.base_url,
         "key_prefix": report.key_prefix,
-        "requests": { "planned": report.planned, "sent": report.sent },
+        "requests": { "planned": report.planned, "sent": report.sent, "reads": report.reads },
         "seconds": report.elapsed.as_secs_f64(),
         "operations": operations,
         "not_sent": plan.not_sent.iter().map(|n| json!({
@@ -330,6 +347,9 @@ pub fn junit(model: &Model, report: &RunReport) -> String {
                 o.check.slug
             );
             let mut detail = String::new();
+            if let Some(basis) = &o.basis {
+                let _ = writeln!(detail, "{basis}");
+            }
             if let Some(tries) = &o.tries {
                 let _ = writeln!(detail, "tries: {tries}");
             }

@@ -1,16 +1,16 @@
 //! Sending a [`Plan`]: each target's checks in order, over one HTTP client
 //! that never retries and times every request out.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{Check, CheckKind, KeyPlace, Plan, REPLAY, Settings, Target};
+use super::checks::{Basis, outcome};
+use super::{Check, CheckKind, KeyMaker, KeyPlace, Plan, REPLAY, Settings, Target};
 use crate::model::Model;
-use crate::vocab::InFlight;
 
 /// How a check ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,7 +54,7 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    fn answered(request: String, answer: &Answer) -> Exchange {
+    pub(super) fn answered(request: String, answer: &Answer) -> Exchange {
         Exchange {
             request,
             status: Some(answer.status),
@@ -62,7 +62,7 @@ impl Exchange {
         }
     }
 
-    fn of(request: String, result: &Result<Answer, String>) -> Exchange {
+    pub(super) fn of(request: String, result: &Result<Answer, String>) -> Exchange {
         match result {
             Ok(answer) => Exchange::answered(request, answer),
             Err(e) => Exchange {
@@ -82,6 +82,12 @@ pub struct Outcome {
     pub evidence: Vec<Exchange>,
     /// For checks that depend on timing: how many tries they made.
     pub tries: Option<String>,
+    /// How the verdict was reached when not from a working replay: from
+    /// effects, the resources the answers name.
+    pub basis: Option<String>,
+    /// What the service does that idem's protocol advises against and the
+    /// spec does not forbid: advice, never a failure.
+    pub notes: Vec<String>,
 }
 
 /// One operation's outcomes.
@@ -110,6 +116,8 @@ pub struct RunReport {
     pub key_prefix: String,
     pub planned: usize,
     pub sent: usize,
+    /// `GET`s that read a created resource back, to count effects.
+    pub reads: usize,
     pub elapsed: Duration,
     pub targets: Vec<TargetReport>,
     pub created: Vec<Created>,
@@ -154,27 +162,27 @@ impl Progress {
 
 /// An answer, whole.
 #[derive(Debug, Clone)]
-struct Answer {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    body: Vec<u8>,
+pub(super) struct Answer {
+    pub(super) status: u16,
+    pub(super) headers: reqwest::header::HeaderMap,
+    pub(super) body: Vec<u8>,
 }
 
 impl Answer {
-    fn ok(&self) -> bool {
+    pub(super) fn ok(&self) -> bool {
         (200..300).contains(&self.status)
     }
 
-    fn client_error(&self) -> bool {
+    pub(super) fn client_error(&self) -> bool {
         (400..500).contains(&self.status)
     }
 
-    fn json(&self) -> Option<Value> {
+    pub(super) fn json(&self) -> Option<Value> {
         serde_json::from_slice(&self.body).ok()
     }
 
     /// The same body: equal as JSON when both are JSON, else byte for byte.
-    fn same_body(&self, other: &Answer) -> bool {
+    pub(super) fn same_body(&self, other: &Answer) -> bool {
         match (self.json(), other.json()) {
             (Some(a), Some(b)) => a == b,
             _ => self.body == other.body,
@@ -182,7 +190,7 @@ impl Answer {
     }
 
     /// The resource the answer names: its `Location`, or the body's `id`.
-    fn resource_id(&self) -> Option<String> {
+    pub(super) fn resource_id(&self) -> Option<String> {
         if let Some(location) = self.headers.get("location").and_then(|v| v.to_str().ok()) {
             return Some(location.to_owned());
         }
@@ -193,14 +201,23 @@ impl Answer {
         }
     }
 
-    fn has(&self, header: Option<&str>) -> bool {
-        header.is_some_and(|h| self.headers.contains_key(h))
+    /// Whether the declared replay header says this answer is a replay:
+    /// present with the value `true` (or `1`). `Idempotent-Replayed: false`
+    /// on an original is not a replay.
+    pub(super) fn replayed(&self, header: Option<&str>) -> bool {
+        header
+            .and_then(|h| self.headers.get(h))
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                let v = v.trim();
+                v.eq_ignore_ascii_case("true") || v == "1"
+            })
     }
 }
 
 /// Which body a request carries.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Payload {
+pub(super) enum Payload {
     Valid,
     Variant,
     Invalid,
@@ -208,38 +225,44 @@ enum Payload {
 
 /// Which key a request carries.
 #[derive(Debug, Clone)]
-enum KeyValue {
+pub(super) enum KeyValue {
     None,
     Some(String),
 }
 
 /// Who sends a request.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Caller {
+pub(super) enum Caller {
     First,
     Second,
 }
 
 /// One request to send.
 #[derive(Debug, Clone)]
-struct Send {
-    payload: Payload,
-    key: KeyValue,
-    caller: Caller,
+pub(super) struct Send {
+    pub(super) payload: Payload,
+    pub(super) key: KeyValue,
+    pub(super) caller: Caller,
 }
 
 /// How many bytes of an answer a report shows.
 const ANSWER_BYTES: usize = 200;
 
-struct Runner<'a> {
-    http: reqwest::Client,
-    base: String,
-    model: &'a Model,
-    settings: &'a Settings,
+pub(super) struct Runner<'a> {
+    pub(super) http: reqwest::Client,
+    pub(super) base: String,
+    pub(super) model: &'a Model,
+    pub(super) settings: &'a Settings,
+    /// Twelve hex digits, in every key of the run.
     prefix: String,
+    /// Each target's key maker, by operation index.
+    makers: HashMap<usize, KeyMaker>,
     next_key: AtomicUsize,
-    progress: Arc<Progress>,
+    pub(super) progress: Arc<Progress>,
     created: Mutex<BTreeSet<Created>>,
+    /// Reads made to tell real effects from ids made up, and what they found.
+    reads: AtomicUsize,
+    seen: Mutex<HashMap<String, bool>>,
 }
 
 /// Send `plan` to `base_url` and judge each check.
@@ -258,18 +281,24 @@ pub async fn run(
         .pool_max_idle_per_host(settings.concurrency.max(1))
         .build()
         .map_err(|e| RunError::Client(e.to_string()))?;
+    let prefix = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+    let makers = plan
+        .targets
+        .iter()
+        .filter_map(|t| Some((t.index, KeyMaker::new(&prefix, &t.key_shape).ok()?)))
+        .collect();
     let runner = Runner {
         http,
         base,
         model,
         settings,
-        prefix: format!(
-            "idem-probe-{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..12]
-        ),
+        prefix,
+        makers,
         next_key: AtomicUsize::new(1),
         progress,
         created: Mutex::new(BTreeSet::new()),
+        reads: AtomicUsize::new(0),
+        seen: Mutex::new(HashMap::new()),
     };
     let started = Instant::now();
     let mut targets = Vec::new();
@@ -281,11 +310,21 @@ pub async fn run(
         .lock()
         .map(|c| c.iter().cloned().collect())
         .unwrap_or_default();
+    // How the report names the keys: the first target's spelling.
+    let key_prefix = plan
+        .targets
+        .first()
+        .and_then(|t| Some(runner.makers.get(&t.index)?.pattern(&t.key_shape)))
+        .map_or_else(
+            || runner.prefix.clone(),
+            |p| p.trim_end_matches('*').to_owned(),
+        );
     Ok(RunReport {
         base_url: runner.base.clone(),
-        key_prefix: runner.prefix.clone(),
+        key_prefix,
         planned: plan.requests(),
         sent: runner.progress.sent.load(Ordering::Relaxed),
+        reads: runner.reads.load(Ordering::Relaxed),
         elapsed: started.elapsed(),
         targets,
         created,
@@ -307,17 +346,6 @@ pub fn check_base_url(base_url: &str) -> Result<String, RunError> {
 }
 
 impl Runner<'_> {
-    fn key(&self, max: u32) -> String {
-        let n = self.next_key.fetch_add(1, Ordering::Relaxed);
-        let key = format!("{}-{n}", self.prefix);
-        let max = max as usize;
-        if key.len() > max {
-            key[key.len() - max..].to_owned()
-        } else {
-            key
-        }
-    }
-
     async fn target(&self, target: &Target) -> Result<TargetReport, RunError> {
         let mut outcomes = Vec::new();
         let body = match &target.body {
@@ -335,9 +363,11 @@ impl Runner<'_> {
                 });
             }
         };
-        // The replay check's key and original answer, once it has held: the
-        // checks that build on a working replay start from them.
-        let mut replayed: Option<(String, Answer)> = None;
+        // The replay check's key and original answer, and how the checks
+        // that build on it can judge: from a working replay, or from the
+        // effects the answers name when the replay is wrong or missing.
+        let mut original: Option<(String, Answer, Basis)> = None;
+        let mut unjudged = String::new();
         for (check, planned) in &target.checks {
             if let Err(reason) = planned {
                 outcomes.push(outcome(check, Verdict::Skipped(reason.clone()), Vec::new()));
@@ -346,17 +376,22 @@ impl Runner<'_> {
             self.progress.set(&target.label, check);
             let mut evidence = Vec::new();
             let mut tries = None;
-            let verdict = match (check.kind, &replayed) {
+            let mut notes = Vec::new();
+            let basis = original.as_ref().map(|(_, _, b)| *b);
+            let verdict = match (check.kind, &original) {
                 (CheckKind::Replay, _) => {
-                    let (verdict, first) = self.replay(target, &mut evidence).await?;
-                    replayed = first.filter(|_| verdict == Verdict::Held);
-                    verdict
+                    let replay = self.replay(target, &mut evidence).await?;
+                    original = replay.original;
+                    unjudged = replay.unjudged;
+                    replay.verdict
                 }
                 (CheckKind::KeyRequired, _) => self.key_required(target, &mut evidence).await,
-                (CheckKind::KeyBounds, _) => self.key_bounds(target, &mut evidence).await,
+                (CheckKind::KeyBounds, _) => {
+                    self.key_bounds(target, &mut evidence, &mut notes).await
+                }
                 (
                     kind @ (CheckKind::PayloadMismatch | CheckKind::CallerIsolation),
-                    Some((key, first)),
+                    Some((key, first, basis)),
                 ) => {
                     let mismatch = kind == CheckKind::PayloadMismatch;
                     let again = if mismatch {
@@ -368,13 +403,15 @@ impl Runner<'_> {
                         .after_original(target, again, key, first, &mut evidence)
                         .await
                     {
-                        Ok(answer) if mismatch => self.mismatch(target, &answer, first),
-                        Ok(answer) => isolation(target, &answer, first),
+                        Ok(answer) if mismatch => {
+                            self.mismatch(target, &answer, first, *basis).await
+                        }
+                        Ok(answer) => self.isolation(target, &answer, first, *basis).await,
                         Err(verdict) => verdict,
                     }
                 }
-                (CheckKind::ConcurrentDuplicates, Some(_)) => {
-                    let (verdict, made) = self.concurrent(target, &mut evidence).await;
+                (CheckKind::ConcurrentDuplicates, Some((_, _, basis))) => {
+                    let (verdict, made) = self.concurrent(target, *basis, &mut evidence).await;
                     tries = Some(made);
                     verdict
                 }
@@ -382,15 +419,24 @@ impl Runner<'_> {
                     self.failed_not_stored(target, &mut evidence).await
                 }
                 (_, None) => Verdict::Undecided(format!(
-                    "it builds on `{}`, which did not hold: a service that does not replay cannot be judged on the rest",
+                    "it builds on `{}`, which did not hold, and {unjudged}",
                     REPLAY.slug
                 )),
+            };
+            let basis = match (check.kind, basis) {
+                (CheckKind::Replay | CheckKind::KeyRequired | CheckKind::KeyBounds, _) => None,
+                (_, Some(Basis::Effects)) if verdict.as_str() != "skipped" => {
+                    Some(Basis::Effects.describe(target.read_back.is_some()))
+                }
+                _ => None,
             };
             outcomes.push(Outcome {
                 check,
                 verdict,
                 evidence,
                 tries,
+                basis,
+                notes,
             });
         }
         Ok(TargetReport {
@@ -402,7 +448,7 @@ impl Runner<'_> {
     }
 
     /// Send one request; its exchange goes to `evidence`.
-    async fn send(
+    pub(super) async fn send(
         &self,
         target: &Target,
         send: &Send,
@@ -413,7 +459,11 @@ impl Runner<'_> {
         result
     }
 
-    async fn exchange(&self, target: &Target, send: &Send) -> (String, Result<Answer, String>) {
+    pub(super) async fn exchange(
+        &self,
+        target: &Target,
+        send: &Send,
+    ) -> (String, Result<Answer, String>) {
         let Ok(body) = &target.body else {
             return (String::new(), Err("no request".into()));
         };
@@ -541,7 +591,7 @@ impl Runner<'_> {
         (text, result)
     }
 
-    fn valid(&self, key: KeyValue) -> Send {
+    pub(super) fn valid(&self, key: KeyValue) -> Send {
         Send {
             payload: Payload::Valid,
             key,
@@ -549,395 +599,63 @@ impl Runner<'_> {
         }
     }
 
-    async fn replay(
-        &self,
-        target: &Target,
-        evidence: &mut Vec<Exchange>,
-    ) -> Result<(Verdict, Option<(String, Answer)>), RunError> {
-        let key = self.key(target.key_max_length);
-        let send = self.valid(KeyValue::Some(key.clone()));
-        let first = match self.send(target, &send, evidence).await {
-            Ok(a) => a,
-            Err(reason) => {
-                // The first request of a target: no answer means no service.
-                return Err(RunError::Unreachable {
-                    url: self.base.clone(),
-                    reason,
-                });
-            }
+    /// Whether resource `id`, which an answer named, can be read back: a
+    /// real effect, not an id made up for the answer. `None` when the
+    /// spec has no operation to read it with, or the read says nothing.
+    pub(super) async fn exists(&self, target: &Target, id: &str) -> Option<bool> {
+        let get = &self.model.operations[target.read_back?];
+        if let Some(known) = self.seen.lock().ok()?.get(id).copied() {
+            return Some(known);
+        }
+        let Ok(body) = &target.body else {
+            return None;
         };
-        if !first.ok() {
-            return Ok((not_a_success(&first), None));
+        // The create's own path (its parameters filled in) and the id.
+        let path = format!(
+            "{}/{}",
+            body.path.trim_end_matches('/'),
+            super::body::percent_encode(id)
+        );
+        let mut request = self.http.get(format!("{}{path}", self.base));
+        for (name, value) in &self.settings.headers {
+            request = request.header(name, value);
         }
-        let second = match self.send(target, &send, evidence).await {
-            Ok(a) => a,
-            Err(e) => {
-                return Ok((
-                    Verdict::Undecided(format!("the retry got no answer: {e}")),
-                    None,
-                ));
-            }
-        };
-        let header = target.replay_header.as_deref();
-        let verdict = if second.status != first.status {
-            Verdict::Failed(format!(
-                "the retry was answered {}, the original {}",
-                second.status, first.status
-            ))
-        } else if !first.same_body(&second) {
-            match (first.resource_id(), second.resource_id()) {
-                (Some(a), Some(b)) if a != b => Verdict::Failed(format!(
-                    "the retry answered another resource, `{b}` after `{a}`: the request ran twice, or its replay was made anew"
-                )),
-                _ => Verdict::Failed("the retry's body differs from the original's".into()),
-            }
-        } else if header.is_some() && !second.has(header) {
-            Verdict::Failed(format!(
-                "the retry lacks the `{}` header the spec declares",
-                header.unwrap_or_default()
-            ))
-        } else if header.is_some() && first.has(header) {
-            Verdict::Failed(format!(
-                "the original carries `{}`, which the spec keeps for replays",
-                header.unwrap_or_default()
-            ))
-        } else {
-            Verdict::Held
-        };
-        Ok((verdict, Some((key, first))))
-    }
-
-    /// Send `payload` as `caller` with the replay check's key; the evidence shows the
-    /// original answer first.
-    async fn after_original(
-        &self,
-        target: &Target,
-        (payload, caller): (Payload, Caller),
-        key: &str,
-        first: &Answer,
-        evidence: &mut Vec<Exchange>,
-    ) -> Result<Answer, Verdict> {
-        evidence.push(original(first));
-        let send = Send {
-            payload,
-            key: KeyValue::Some(key.to_owned()),
-            caller,
-        };
-        self.send(target, &send, evidence)
-            .await
-            .map_err(|e| Verdict::Undecided(format!("no answer: {e}")))
-    }
-
-    /// The answer to the replay check's key with another body.
-    fn mismatch(&self, target: &Target, answer: &Answer, first: &Answer) -> Verdict {
-        let declared = declared_of(self.model, target, &[409, 422]);
-        if answer.ok() {
-            if answer.same_body(first) {
-                Verdict::Failed("the key's first answer was replayed for another body: the key ignores the body".into())
-            } else {
-                Verdict::Failed("the other body ran as a second original under the same key".into())
-            }
-        } else if declared.contains(&answer.status) {
-            Verdict::Held
-        } else {
-            Verdict::Failed(format!(
-                "answered {}, not the reuse conflict ({})",
-                answer.status,
-                list(&declared)
-            ))
-        }
-    }
-
-    async fn concurrent(&self, target: &Target, evidence: &mut Vec<Exchange>) -> (Verdict, String) {
-        let n = self.settings.concurrency.max(1);
-        let mut in_flight = declared_of(self.model, target, &[409, 425, 429, 503]);
-        // `in-flight: accepted`: a duplicate of a running request is told
-        // `202` and where to follow it; that is not a second original.
-        let accepted = self.model.operations[target.index].settings.in_flight == InFlight::Accepted;
-        if accepted {
-            in_flight.push(202);
-        }
-        let header = target.replay_header.as_deref();
-        let mut made = 0;
-        for round in 0..self.settings.rounds {
-            made = round + 1;
-            let key = self.key(target.key_max_length);
-            let send = self.valid(KeyValue::Some(key));
-            let barrier = tokio::sync::Barrier::new(n);
-            let requests = (0..n).map(|_| async {
-                barrier.wait().await;
-                self.exchange(target, &send).await
-            });
-            let results = futures_util::future::join_all(requests).await;
-            let mut originals: Vec<Answer> = Vec::new();
-            let mut fresh = 0;
-            let mut problem = None;
-            let mut shown = Vec::new();
-            for (text, result) in results {
-                match result {
-                    Ok(a) if accepted && a.status == 202 => {}
-                    Ok(a) if a.ok() => {
-                        if !a.has(header) {
-                            fresh += 1;
-                        }
-                        if !originals.iter().any(|o| o.same_body(&a)) {
-                            shown.push(Exchange::answered(text, &a));
-                            originals.push(a);
-                        }
-                    }
-                    Ok(a) if in_flight.contains(&a.status) => {}
-                    Ok(a) => {
-                        shown.push(Exchange::answered(text, &a));
-                        problem.get_or_insert(format!(
-                            "a duplicate was answered {}, neither a replay nor the in-flight conflict ({})",
-                            a.status,
-                            list(&in_flight)
-                        ));
-                    }
-                    Err(e) => {
-                        problem.get_or_insert(format!("a duplicate got no answer: {e}"));
-                        shown.push(Exchange::of(text, &Err(e)));
-                    }
-                }
-            }
-            let tries = format!("{made} of {} rounds of {n} requests", self.settings.rounds);
-            if originals.len() > 1 {
-                let ids: Vec<String> = originals.iter().filter_map(Answer::resource_id).collect();
-                evidence.extend(shown);
-                let which = if ids.len() > 1 {
-                    format!(": `{}`", ids.join("`, `"))
-                } else {
-                    String::new()
-                };
-                return (
-                    Verdict::Failed(format!(
-                        "{n} identical requests at once made {} different answers{which}: the request ran more than once",
-                        originals.len()
-                    )),
-                    tries,
-                );
-            }
-            if header.is_some() && fresh > 1 {
-                evidence.extend(shown);
-                return (
-                    Verdict::Failed(format!(
-                        "{fresh} answers lack the replay header: more than one original"
-                    )),
-                    tries,
-                );
-            }
-            if let Some(problem) = problem {
-                evidence.extend(shown);
-                return (Verdict::Failed(problem), tries);
-            }
-            if originals.is_empty() {
-                evidence.extend(shown);
-                return (
-                    Verdict::Undecided(format!("none of {n} requests was answered 2xx")),
-                    tries,
-                );
-            }
-        }
-        (
-            Verdict::Held,
-            format!("{made} rounds of {n} requests at once"),
-        )
-    }
-
-    async fn key_required(&self, target: &Target, evidence: &mut Vec<Exchange>) -> Verdict {
-        let keyless = match self
-            .send(target, &self.valid(KeyValue::None), evidence)
-            .await
-        {
-            Ok(a) => a,
-            Err(e) => return Verdict::Undecided(format!("no answer: {e}")),
-        };
-        if keyless.ok() {
-            return Verdict::Failed(format!(
-                "a request without its required key was answered {}: it ran, and a retry of it would run again",
-                keyless.status
-            ));
-        }
-        if !keyless.client_error() {
-            return Verdict::Failed(format!(
-                "a request without its required key was answered {}, not a 4xx",
-                keyless.status
-            ));
-        }
-        let fresh = self.valid(KeyValue::Some(self.key(target.key_max_length)));
-        match self.send(target, &fresh, evidence).await {
-            Ok(a) if a.ok() && !a.has(target.replay_header.as_deref()) => Verdict::Held,
-            Ok(a) if a.ok() => Verdict::Failed(
-                "a fresh key after the keyless request was answered as a replay".into(),
-            ),
-            Ok(a) => Verdict::Undecided(format!(
-                "the keyless request was refused {}, but the same request with a fresh key was answered {}",
-                keyless.status, a.status
-            )),
-            Err(e) => Verdict::Undecided(format!("no answer: {e}")),
-        }
-    }
-
-    async fn key_bounds(&self, target: &Target, evidence: &mut Vec<Exchange>) -> Verdict {
-        let max = target.key_max_length as usize;
-        let mut long = self.key(target.key_max_length);
-        while long.len() <= max {
-            long.push('x');
-        }
-        let invisible = format!("{} é", self.key(target.key_max_length.saturating_sub(4)));
-        let mut problems = Vec::new();
-        for (what, key) in [
-            (
-                format!("a key of {} characters (the maximum is {max})", max + 1),
-                long,
-            ),
-            (
-                "a key holding a space and a non-ASCII character".to_owned(),
-                invisible,
-            ),
-        ] {
-            match self
-                .send(target, &self.valid(KeyValue::Some(key)), evidence)
-                .await
+        for (name, value) in &body.headers {
+            if !self
+                .settings
+                .headers
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case(name))
             {
-                Ok(a) if a.client_error() => {}
-                Ok(a) => problems.push(format!("{what} was answered {}", a.status)),
-                Err(e) => problems.push(format!("{what} got no answer: {e}")),
+                request = request.header(name, value);
             }
         }
-        if problems.is_empty() {
-            Verdict::Held
-        } else {
-            Verdict::Failed(format!("{}; it should be a 4xx", problems.join("; ")))
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let status = request.send().await.ok()?.status().as_u16();
+        let _ = get;
+        let known = match status {
+            200..=299 => true,
+            404 | 410 => false,
+            _ => return None,
+        };
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.insert(id.to_owned(), known);
+        }
+        Some(known)
+    }
+
+    /// Key number `n` of the run for `target`.
+    pub(super) fn key(&self, target: &Target) -> String {
+        let n = self.next_key.fetch_add(1, Ordering::Relaxed);
+        match self.makers.get(&target.index) {
+            Some(maker) => maker.key(n, &target.key_shape),
+            None => format!("{}-{n}", self.prefix),
         }
     }
-
-    async fn failed_not_stored(&self, target: &Target, evidence: &mut Vec<Exchange>) -> Verdict {
-        let key = self.key(target.key_max_length);
-        let invalid = Send {
-            payload: Payload::Invalid,
-            key: KeyValue::Some(key.clone()),
-            caller: Caller::First,
-        };
-        let refused = match self.send(target, &invalid, evidence).await {
-            Ok(a) => a,
-            Err(e) => return Verdict::Undecided(format!("no answer: {e}")),
-        };
-        if !refused.client_error() {
-            return Verdict::Undecided(format!(
-                "the body the schema forbids was answered {}, not refused, so there is no refusal to look for",
-                refused.status
-            ));
-        }
-        let answer = match self
-            .send(target, &self.valid(KeyValue::Some(key)), evidence)
-            .await
-        {
-            Ok(a) => a,
-            Err(e) => return Verdict::Undecided(format!("no answer: {e}")),
-        };
-        if answer.ok() {
-            Verdict::Held
-        } else if answer.status == refused.status && answer.same_body(&refused) {
-            Verdict::Failed(format!(
-                "the refusal ({}) was stored under the key and replayed for the valid request",
-                refused.status
-            ))
-        } else if matches!(answer.status, 409 | 422) {
-            Verdict::Failed(format!(
-                "the refused request used up its key: the valid request with it was answered {}",
-                answer.status
-            ))
-        } else {
-            Verdict::Undecided(format!(
-                "the valid request after the refusal was answered {}",
-                answer.status
-            ))
-        }
-    }
-}
-
-/// The second caller's answer to the first caller's key and body.
-fn isolation(target: &Target, answer: &Answer, first: &Answer) -> Verdict {
-    let header = target.replay_header.as_deref();
-    if answer.ok() && (answer.same_body(first) || answer.has(header)) {
-        Verdict::Failed(
-            "the second caller got the first caller's answer: one key space for every caller"
-                .into(),
-        )
-    } else if answer.ok() {
-        Verdict::Held
-    } else if matches!(answer.status, 409 | 422) {
-        Verdict::Failed(format!(
-            "the second caller's request was refused {} as a conflict with the first caller's key: keys are not kept apart per caller",
-            answer.status
-        ))
-    } else {
-        Verdict::Undecided(format!(
-            "the second caller was answered {}; is `--second-caller` an identity the service accepts?",
-            answer.status
-        ))
-    }
-}
-
-/// The replay check's original answer, shown beside what a later check got.
-fn original(first: &Answer) -> Exchange {
-    Exchange::answered(
-        "the same key's original request (check `replay`)".into(),
-        first,
-    )
-}
-
-fn outcome(check: &'static Check, verdict: Verdict, evidence: Vec<Exchange>) -> Outcome {
-    Outcome {
-        check,
-        verdict,
-        evidence,
-        tries: None,
-    }
-}
-
-/// The statuses of `candidates` the operation declares, or all of them when
-/// it declares none.
-fn declared_of(model: &Model, target: &Target, candidates: &[u16]) -> Vec<u16> {
-    let op = &model.operations[target.index];
-    let declared: Vec<u16> = candidates
-        .iter()
-        .copied()
-        .filter(|s| {
-            let text = s.to_string();
-            op.responses.iter().any(|r| {
-                r.status == text
-                    || (r.status.len() == 3
-                        && r.status.ends_with("XX")
-                        && text.starts_with(&r.status[..1]))
-            })
-        })
-        .collect();
-    if declared.is_empty() {
-        candidates.to_vec()
-    } else {
-        declared
-    }
-}
-
-fn list(statuses: &[u16]) -> String {
-    statuses
-        .iter()
-        .map(u16::to_string)
-        .collect::<Vec<_>>()
-        .join(" or ")
-}
-
-fn not_a_success(answer: &Answer) -> Verdict {
-    Verdict::Undecided(format!(
-        "the probe's request was answered {}, so there is no success to replay; give a body that succeeds with `--body OPERATION=@FILE`, or the identity it needs with `--header`",
-        answer.status
-    ))
 }
 
 /// The first bytes of an answer, as text.
-fn cut(body: &[u8]) -> String {
+pub(super) fn cut(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(ANSWER_BYTES)]).into_owned();
     if body.len() > ANSWER_BYTES {
         format!("{text}…")
@@ -947,7 +665,7 @@ fn cut(body: &[u8]) -> String {
 }
 
 /// A key as a report shows it: long ones shortened.
-fn shown_key(key: &str) -> String {
+pub(super) fn shown_key(key: &str) -> String {
     if key.chars().count() > 40 {
         let head: String = key.chars().take(24).collect();
         format!("{head}… ({} characters)", key.chars().count())

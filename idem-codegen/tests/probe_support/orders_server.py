@@ -13,6 +13,20 @@ fails and every other check holds:
   ignore-body       a reused key with another body gets the first answer
   global-keys       one key space for every caller
   store-validation  a 400 for an invalid body is stored under its key
+  body-in-key       the body's digest is part of the key: another body under
+                    the same key is a new order, not a conflict
+  lookup-lock       the lock is held around the lookup only, not around the
+                    insert: concurrent duplicates both run
+  wrong-status      a replay carries the original order under `409`
+  false-header      `Idempotent-Replayed: false` on every original (correct)
+  uuid-keys         a key that is not a UUID fails with 500, as a service
+                    that parses it into a UUID column does (correct when
+                    the spec says `format: uuid`)
+  any-characters    keys are only held to their length: a space or a
+                    non-ASCII character is accepted (correct: the spec
+                    declares no character rule)
+  stored-5xx        the first request of every key fails with 500, and the
+                    500 is stored and replayed to every retry
   hang              accepts connections and never answers
   garbage           answers every connection with bytes that are not HTTP
 
@@ -32,6 +46,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ORDERS = {}
@@ -64,6 +79,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         if replayed:
             self.send_header("Idempotent-Replayed", "true")
+        elif self.defect == "false-header":
+            self.send_header("Idempotent-Replayed", "false")
         self.end_headers()
         self.wfile.write(data)
 
@@ -102,17 +119,36 @@ class Handler(BaseHTTPRequestHandler):
             key = self.headers.get("Idempotency-Key")
         if key is None:
             return self.problem(400, "idempotency_key_missing", "Idempotency-Key is required")
-        if not key or len(key) > 64 or any(not ("!" <= c <= "~") for c in key):
+        if self.defect == "any-characters":
+            if not key or len(key) > 64:
+                return self.problem(400, "idempotency_key_invalid", "the key must be 1 to 64 characters")
+        elif not key or len(key) > 64 or any(not ("!" <= c <= "~") for c in key):
             return self.problem(400, "idempotency_key_invalid", "the key must be 1 to 64 visible ASCII characters")
+        if self.defect == "uuid-keys":
+            try:
+                uuid.UUID(key)
+            except ValueError:
+                return self.problem(500, "internal", "invalid input syntax for type uuid")
         if self.defect == "ignore-key":
-            return self.create(raw, None)
+            return self.create(raw, None, account=account)
         scope = "" if self.defect == "global-keys" else account
-        slot = (scope, key)
         fingerprint = hashlib.sha256(raw).hexdigest()
+        if self.defect == "body-in-key":
+            key = key + ":" + fingerprint
+        slot = (scope, key)
         if self.defect == "race":
             seen = KEYS.get(slot)
             if seen is None:
                 time.sleep(0.05)
+                return self.create(raw, slot, fingerprint, account)
+            return self.replay(seen, fingerprint, raw)
+        if self.defect == "lookup-lock":
+            with LOCK:
+                seen = KEYS.get(slot)
+            if seen is None:
+                time.sleep(0.05)
+                with LOCK:
+                    KEYS[slot] = {"state": "running", "fingerprint": fingerprint}
                 return self.create(raw, slot, fingerprint, account)
             return self.replay(seen, fingerprint, raw)
         with LOCK:
@@ -137,6 +173,8 @@ class Handler(BaseHTTPRequestHandler):
             body = dict(body, id=new_id())
             return self.answer(status, body, replayed=True)
         status, body = seen["answer"]
+        if self.defect == "wrong-status":
+            return self.answer(409, body)
         self.answer(status, body, replayed=True)
 
     def create(self, raw, slot, fingerprint=None, account=None):
@@ -159,6 +197,10 @@ class Handler(BaseHTTPRequestHandler):
                 else:
                     KEYS.pop(slot, None)
             return self.problem(400, "invalid_request", "the order is invalid")
+        if self.defect == "stored-5xx" and slot is not None:
+            answer = (500, {"code": "internal", "message": "the payment processor timed out"})
+            KEYS[slot] = {"state": "done", "fingerprint": fingerprint, "answer": answer}
+            return self.answer(*answer)
         created = dict(order, id=new_id())
         ORDERS[str(created["id"])] = (account, created)
         if slot is not None:

@@ -53,7 +53,6 @@ pub(crate) fn wrap_macros(code: &str) -> String {
 }
 
 impl TypeSpace<'_> {
-
     /// The tokens of a type, as written in a field.
     pub(crate) fn tokens(&self, ty: &Ty) -> TokenStream {
         match ty {
@@ -115,7 +114,9 @@ impl TypeSpace<'_> {
                 let validate = self.render_validate(i, d);
                 let gate = self.features.as_ref().and_then(|f| f.gate(i));
                 match gate {
-                    Some(gate) => crate::generate::features::gate_items(quote!(#def #validate), &gate),
+                    Some(gate) => {
+                        crate::generate::features::gate_items(quote!(#def #validate), &gate)
+                    }
                     None => quote!(#def #validate),
                 }
             })
@@ -299,7 +300,12 @@ impl TypeSpace<'_> {
         }
     }
 
-    pub(super) fn render_one_of(&self, def: &TypeDef, variants: &[Variant], tag: Option<&str>) -> TokenStream {
+    pub(super) fn render_one_of(
+        &self,
+        def: &TypeDef,
+        variants: &[Variant],
+        tag: Option<&str>,
+    ) -> TokenStream {
         let name = ident(&def.name);
         let doc = doc_attrs(&def.doc);
         let deprecated = def.deprecated.then(|| quote!(#[deprecated]));

@@ -5,7 +5,6 @@
 use super::*;
 
 impl TypeSpace<'_> {
-
     /// Boxes fields on cycles and turns self-referring aliases into newtypes.
     pub(super) fn settle(&mut self) {
         // Aliases first: an alias that reaches itself through any container.

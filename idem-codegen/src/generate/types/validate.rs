@@ -8,7 +8,6 @@ use quote::{format_ident, quote};
 use super::*;
 
 impl TypeSpace<'_> {
-
     /// A placeholder statement for the checks of `sites`, which
     /// [`TypeSpace::resolve`] replaces in the formatted code once every type
     /// is known: with nothing when none of them has anything to check, else
