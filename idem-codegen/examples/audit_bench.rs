@@ -16,6 +16,9 @@
 //! - `audit`: `idem audit --format json FILE`, end to end (load, `$ref`s,
 //!   model, every rule, JSON rendered and written), through the same
 //!   `cli::run` the `idem` binary calls;
+//! - `human`: `idem audit --format human --color never FILE`, the report a
+//!   person reads, each finding with a snippet of its line: on a minified
+//!   document (one line of megabytes) it should cost what JSON costs;
 //! - `overlay` (Stripe only): the same with `--overlay
 //!   examples/overlays/stripe.yaml`, which keys every POST: what applying
 //!   an overlay adds to the audit's time.
@@ -44,13 +47,16 @@ fn child(mode: &str, file: &Path) -> i32 {
             std::hint::black_box(&docs);
             0
         }
-        "audit" | "overlay" => {
+        "audit" | "overlay" | "human" => {
             let mut sink = std::io::sink();
+            let format = if mode == "human" { "human" } else { "json" };
             let mut args = vec![
                 "idem".to_owned(),
                 "audit".to_owned(),
                 "--format".to_owned(),
-                "json".to_owned(),
+                format.to_owned(),
+                "--color".to_owned(),
+                "never".to_owned(),
                 file.to_str().expect("utf-8 path").to_owned(),
             ];
             if mode == "overlay" {
@@ -115,7 +121,7 @@ fn main() {
     let exe = std::env::current_exe().expect("own path");
     println!("{runs} runs per cell; median wall time, median peak RSS\n");
     println!(
-        "{:<28} {:>9} {:>11} {:>9} {:>11} {:>7} {:>7} {:>9} {:>8}",
+        "{:<28} {:>9} {:>11} {:>9} {:>11} {:>7} {:>7} {:>9} {:>8} {:>9} {:>8}",
         "file",
         "floor",
         "floor RSS",
@@ -124,7 +130,9 @@ fn main() {
         "time ×",
         "RSS ×",
         "+overlay",
-        "overlay ×"
+        "overlay ×",
+        "human",
+        "human ×"
     );
     for file in &files {
         if !file.exists() {
@@ -133,6 +141,7 @@ fn main() {
         }
         let (ft, fm) = measure(&exe, "floor", file, runs);
         let (at, am) = measure(&exe, "audit", file, runs);
+        let (ht, _) = measure(&exe, "human", file, runs);
         let overlaid = overlay_for(file).map(|_| measure(&exe, "overlay", file, runs).0);
         let name = file
             .file_name()
@@ -147,7 +156,7 @@ fn main() {
             },
         );
         println!(
-            "{:<28} {:>7.0}ms {:>8.1} MB {:>7.0}ms {:>8.1} MB {:>7.2} {:>7.2} {:>9} {:>8}",
+            "{:<28} {:>7.0}ms {:>8.1} MB {:>7.0}ms {:>8.1} MB {:>7.2} {:>7.2} {:>9} {:>8} {:>7.0}ms {:>8.2}",
             name,
             ft.as_secs_f64() * 1e3,
             fm as f64 / 1024.0,
@@ -157,6 +166,8 @@ fn main() {
             am as f64 / fm.max(1) as f64,
             with_overlay,
             ratio,
+            ht.as_secs_f64() * 1e3,
+            ht.as_secs_f64() / at.as_secs_f64(),
         );
     }
 }

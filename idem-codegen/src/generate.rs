@@ -303,3 +303,35 @@ fn spaced(code: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    /// Item by item, the code reads as the whole file formatted at once,
+    /// whatever braces sit inside an item.
+    #[test]
+    fn items_format_one_at_a_time_as_the_whole_file_would() {
+        let tokens = quote! {
+            use ::std::collections::{BTreeMap, BTreeSet};
+            #[doc = " A constant whose value has braces."]
+            pub const DEFAULTS: Defaults = Defaults { attempts: 3, base: Base { ms: 100 } };
+            pub type Map = BTreeMap<String, BTreeSet<u8>>;
+            pub struct Unit;
+            pub struct Pair(pub u8, pub u8);
+            pub struct Named<T = u8> { pub a: T }
+            impl Named { pub fn new() -> Self { Self { a: 0 } } }
+            ::idem_runtime::object! { pub struct A { pub b: u8 } }
+            ::idem_runtime::thing!(one, two);
+            fn free() -> impl Fn() -> u8 { || 1 }
+            const _: () = { let _ = 1; };
+            mod inner { pub enum E { A, B } }
+        };
+        let whole = prettyplease::unparse(
+            &syn::parse2::<syn::File>(tokens.clone()).unwrap_or_else(|e| panic!("{e}")),
+        );
+        let pieces = unparse_items(tokens).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(pieces, whole);
+    }
+}
