@@ -129,6 +129,9 @@ impl SourceFile {
         let range = self.line_range(line)?;
         let text = &self.text;
         let index = self.index();
+        // A line that fits is shown whole (counting at most one character
+        // past the fit, so a long line costs no more than a short one).
+        let fits = text[range.clone()].chars().take(before + after + 1).count() <= before + after;
         let line_index = usize::try_from(line).ok()?.checked_sub(1)?;
         let wanted = index.char_starts.get(line_index)? + (column.max(1) as usize - 1);
         // A column past the line's end points at its end.
@@ -150,7 +153,7 @@ impl SourceFile {
             .nth(after)
             .map_or(range.end, |(i, _)| at + i);
         let (cut_start, cut_end) = (start > range.start, end < range.end);
-        if !cut_start && !cut_end {
+        if fits || (!cut_start && !cut_end) {
             return Some(Excerpt {
                 text: Cow::Borrowed(&text[range.start..range.end]),
                 offset: at - range.start,
@@ -252,6 +255,9 @@ mod tests {
         assert_eq!(cut.text, "…aaaaaébbb…");
         assert_eq!(&cut.text[cut.offset..], "ébbb…");
         assert!(cut.clipped);
+        // A short line is whole, wherever the column.
+        let short = file.excerpt(1, 5, 3, 3).unwrap();
+        assert_eq!((short.text.as_ref(), short.offset, short.clipped), ("short", 4, false));
         let first = file.excerpt(2, 1, 5, 4).unwrap();
         assert_eq!((first.text.as_ref(), first.offset), ("aaaa…", 0));
         let last = file.excerpt(2, 6001, 3, 10).unwrap();

@@ -460,7 +460,7 @@ fn probe_plans_the_overlaid_document() {
     assert!(
         overlaid
             .stdout
-            .contains("createRefund (POST /v2/refunds): 46 requests"),
+            .contains("createRefund (POST /v2/refunds): 47 requests"),
         "{}",
         overlaid.stdout
     );
