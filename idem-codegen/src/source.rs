@@ -257,7 +257,10 @@ mod tests {
         assert!(cut.clipped);
         // A short line is whole, wherever the column.
         let short = file.excerpt(1, 5, 3, 3).unwrap();
-        assert_eq!((short.text.as_ref(), short.offset, short.clipped), ("short", 4, false));
+        assert_eq!(
+            (short.text.as_ref(), short.offset, short.clipped),
+            ("short", 4, false)
+        );
         let first = file.excerpt(2, 1, 5, 4).unwrap();
         assert_eq!((first.text.as_ref(), first.offset), ("aaaa…", 0));
         let last = file.excerpt(2, 6001, 3, 10).unwrap();

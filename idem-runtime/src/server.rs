@@ -67,7 +67,9 @@ pub use layer::{
     Claimed, IdemTx, IdempotencyKey, IdempotencyLayer, IdempotencyService, KeyedRequest, Validator,
 };
 pub use phased::{ForeignCall, Operation, PhaseError, Run, StepError};
-pub use response::{IDEMPOTENT_REPLAYED, Reject, Reply, StoredResponse, Unavailable, is_rejection};
+pub use response::{
+    Fault, IDEMPOTENT_REPLAYED, Reject, Reply, StoredResponse, Unavailable, is_rejection,
+};
 pub use scope::{
     Credential, CredentialScope, HeaderScope, MIN_DIGEST_KEY, Requirement, ScopeExtractor,
     ScopeRejection,

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use idem_runtime::client::{Backoff, BudgetConfig, RetryBudget, RetryClient, RetryPolicy};
-use idem_runtime::server::IdemTx;
 use idem_runtime::server::support::Context;
+use idem_runtime::server::{Fault, IdemTx};
 use idem_runtime::sqlx::Sqlite;
 
 /// The server, client and types generated from `fixtures/chain.yaml`.
@@ -105,24 +105,22 @@ impl Api<Sqlite> for Layer {
         _cx: Context,
         mut tx: IdemTx<Sqlite>,
         input: DoWorkInput,
-    ) -> DoWorkReply {
+    ) -> Result<DoWorkReply, Fault> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let Some(next) = &self.next else {
             if self.database.is_none() {
-                return unavailable("the database is down".into());
+                return Ok(unavailable("the database is down".into()));
             }
             tokio::time::sleep(self.slow).await;
-            let written = idem_runtime::sqlx::query("INSERT INTO work (id) VALUES ($1)")
+            // A database fault is the protocol's 503, unrecorded.
+            idem_runtime::sqlx::query("INSERT INTO work (id) VALUES ($1)")
                 .bind(&input.body.id)
                 .execute(&mut *tx)
-                .await;
-            return match written {
-                Ok(_) => DoWorkReply::Created(Work {
-                    id: input.body.id,
-                    layer: Some(self.depth),
-                }),
-                Err(e) => unavailable(e.to_string()),
-            };
+                .await?;
+            return Ok(DoWorkReply::Created(Work {
+                id: input.body.id,
+                layer: Some(self.depth),
+            }));
         };
         let params = DoWorkParams {
             x_caller: input.x_caller.clone(),
@@ -138,39 +136,40 @@ impl Api<Sqlite> for Layer {
                     .await
                 {
                     Ok(result) => result,
-                    Err(e) => return unavailable(e.to_string()),
+                    Err(e) => return Ok(unavailable(e.to_string())),
                 }
             }
         };
-        match result {
+        Ok(match result {
             Ok(work) => DoWorkReply::Created(Work {
                 id: work.id,
                 layer: Some(self.depth),
             }),
             Err(e) => unavailable(format!("layer {} below failed: {e}", self.depth + 1)),
-        }
+        })
     }
 
-    async fn slow(&self, _cx: Context) -> SlowReply {
+    async fn slow(&self, _cx: Context) -> Result<SlowReply, Fault> {
         tokio::time::sleep(self.slow).await;
-        SlowReply::Ok(Work {
+        Ok(SlowReply::Ok(Work {
             id: "slow".into(),
             layer: Some(self.depth),
-        })
+        }))
     }
 
-    async fn stats(&self, _cx: Context) -> StatsReply {
+    async fn stats(&self, _cx: Context) -> Result<StatsReply, Fault> {
         let effects = match &self.database {
-            Some(pool) => idem_runtime::sqlx::query_scalar("SELECT COUNT(*) FROM work")
-                .fetch_one(pool)
-                .await
-                .unwrap_or(-1),
+            Some(pool) => {
+                idem_runtime::sqlx::query_scalar("SELECT COUNT(*) FROM work")
+                    .fetch_one(pool)
+                    .await?
+            }
             None => 0,
         };
-        StatsReply::Ok(Stats {
+        Ok(StatsReply::Ok(Stats {
             calls: self.calls.load(Ordering::Relaxed),
             effects,
-        })
+        }))
     }
 }
 

@@ -14,7 +14,7 @@ mod server {
 }
 
 use idem_runtime::server::support::Context;
-use idem_runtime::server::{HeaderScope, IdemTx, Idempotency, StepError, Store};
+use idem_runtime::server::{Fault, HeaderScope, IdemTx, Idempotency, StepError, Store};
 use idem_runtime::sqlx::Sqlite;
 
 /// Answers `GET /v1/charges/{id}`; the other operations refuse.
@@ -34,23 +34,23 @@ impl server::Api<Sqlite> for Demo {
         &self,
         _cx: Context,
         input: server::GetChargeInput,
-    ) -> server::GetChargeReply {
-        server::GetChargeReply::Ok(server::Charge {
+    ) -> Result<server::GetChargeReply, Fault> {
+        Ok(server::GetChargeReply::Ok(server::Charge {
             id: input.charge_id,
             order_id: "order-739".into(),
             amount: 1999,
             currency: server::ChargeCurrency::Eur,
             status: server::ChargeStatus::Succeeded,
             description: None,
-        })
+        }))
     }
 
     async fn list_charges(
         &self,
         _cx: Context,
         _input: server::ListChargesInput,
-    ) -> server::ListChargesReply {
-        server::ListChargesReply::BadRequest(unavailable())
+    ) -> Result<server::ListChargesReply, Fault> {
+        Ok(server::ListChargesReply::BadRequest(unavailable()))
     }
 
     async fn create_charge(
@@ -58,17 +58,17 @@ impl server::Api<Sqlite> for Demo {
         _cx: Context,
         _tx: IdemTx<Sqlite>,
         _input: server::CreateChargeInput,
-    ) -> server::CreateChargeReply {
+    ) -> Result<server::CreateChargeReply, Fault> {
         // Refused before any write: nothing is recorded under the key.
-        server::CreateChargeReply::BadRequest(unavailable()).unrecorded()
+        Ok(server::CreateChargeReply::BadRequest(unavailable()).unrecorded())
     }
 
     async fn create_legacy_charge(
         &self,
         _cx: Context,
         _input: server::CreateLegacyChargeInput,
-    ) -> server::CreateLegacyChargeReply {
-        server::CreateLegacyChargeReply::BadRequest(unavailable())
+    ) -> Result<server::CreateLegacyChargeReply, Fault> {
+        Ok(server::CreateLegacyChargeReply::BadRequest(unavailable()))
     }
 
     async fn create_payout<'a>(

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use idem_runtime::http::StatusCode;
 use idem_runtime::server::support::Context;
 use idem_runtime::server::{
-    Backend, HeaderScope, IdemTx, Idempotency, PhaseError, ResumePolicy, StepError, Store,
+    Backend, Fault, HeaderScope, IdemTx, Idempotency, PhaseError, ResumePolicy, StepError, Store,
 };
 use idem_runtime::sqlx::{self, Pool, Postgres, Sqlite};
 
@@ -131,12 +131,16 @@ macro_rules! payments_api {
                 _cx: Context,
                 mut tx: IdemTx<$db>,
                 input: CreateChargeInput,
-            ) -> CreateChargeReply {
+            ) -> Result<CreateChargeReply, Fault> {
                 // The spec's `minimum: 1` on `amount` was checked before the
                 // key was claimed: no zero charge reaches this point.
                 let body = input.body;
                 let currency = currency(body.currency);
-                let inserted: Result<(i64,), sqlx::Error> = sqlx::query_as(
+                // A database fault here (the connection dropped, the server
+                // restarted) is `?`'d into a `Fault`: answered 503 with
+                // `Retry-After`, nothing committed, the key's claim rolled
+                // back with the write, so the retry with the key runs again.
+                let (id,): (i64,) = sqlx::query_as(
                     "INSERT INTO charges (account, order_id, amount, currency, description) \
                      VALUES ($1, $2, $3, $4, $5) RETURNING id",
                 )
@@ -146,31 +150,25 @@ macro_rules! payments_api {
                 .bind(currency_code(currency))
                 .bind(&body.description)
                 .fetch_one(&mut *tx)
-                .await;
-                match inserted {
-                    Ok((id,)) => CreateChargeReply::Created(Charge {
-                        id,
-                        order_id: body.order_id,
-                        amount: body.amount,
-                        currency,
-                        status: ChargeStatus::Succeeded,
-                        description: body.description,
-                    }),
-                    // Nothing commits when the write fails: the key's claim
-                    // rolls back with it, and a retry runs again.
-                    Err(e) => CreateChargeReply::BadRequest(problem("write_failed", e.to_string()))
-                        .unrecorded(),
-                }
+                .await?;
+                Ok(CreateChargeReply::Created(Charge {
+                    id,
+                    order_id: body.order_id,
+                    amount: body.amount,
+                    currency,
+                    status: ChargeStatus::Succeeded,
+                    description: body.description,
+                }))
             }
 
             async fn create_legacy_charge(
                 &self,
                 _cx: Context,
                 input: CreateLegacyChargeInput,
-            ) -> CreateLegacyChargeReply {
+            ) -> Result<CreateLegacyChargeReply, Fault> {
                 let body = input.body;
                 let currency = currency(body.currency);
-                let inserted: Result<(i64,), sqlx::Error> = sqlx::query_as(
+                let (id,): (i64,) = sqlx::query_as(
                     "INSERT INTO charges (account, order_id, amount, currency, description) \
                      VALUES ($1, $2, $3, $4, $5) RETURNING id",
                 )
@@ -180,23 +178,24 @@ macro_rules! payments_api {
                 .bind(currency_code(currency))
                 .bind(&body.description)
                 .fetch_one(&self.pool)
-                .await;
-                match inserted {
-                    Ok((id,)) => CreateLegacyChargeReply::Created(Charge {
-                        id,
-                        order_id: body.order_id,
-                        amount: body.amount,
-                        currency,
-                        status: ChargeStatus::Succeeded,
-                        description: body.description,
-                    }),
-                    Err(e) => CreateLegacyChargeReply::BadRequest(problem("write_failed", e.to_string())),
-                }
+                .await?;
+                Ok(CreateLegacyChargeReply::Created(Charge {
+                    id,
+                    order_id: body.order_id,
+                    amount: body.amount,
+                    currency,
+                    status: ChargeStatus::Succeeded,
+                    description: body.description,
+                }))
             }
 
-            async fn list_charges(&self, _cx: Context, input: ListChargesInput) -> ListChargesReply {
+            async fn list_charges(
+                &self,
+                _cx: Context,
+                input: ListChargesInput,
+            ) -> Result<ListChargesReply, Fault> {
                 let limit = i64::from(input.limit.unwrap_or(10_000).max(1));
-                let rows: Result<Vec<Row>, sqlx::Error> = sqlx::query_as(
+                let rows: Vec<Row> = sqlx::query_as(
                     "SELECT id, order_id, amount, currency, description FROM charges \
                      WHERE account = $1 AND ($2 IS NULL OR order_id = $2) ORDER BY id LIMIT $3",
                 )
@@ -204,27 +203,27 @@ macro_rules! payments_api {
                 .bind(&input.order_id)
                 .bind(limit)
                 .fetch_all(&self.pool)
-                .await;
-                match rows {
-                    Ok(rows) => ListChargesReply::Ok(rows.into_iter().map(charge).collect()),
-                    Err(e) => ListChargesReply::BadRequest(problem("read_failed", e.to_string())),
-                }
+                .await?;
+                Ok(ListChargesReply::Ok(rows.into_iter().map(charge).collect()))
             }
 
-            async fn get_charge(&self, _cx: Context, input: GetChargeInput) -> GetChargeReply {
-                let row: Result<Option<Row>, sqlx::Error> = sqlx::query_as(
+            async fn get_charge(
+                &self,
+                _cx: Context,
+                input: GetChargeInput,
+            ) -> Result<GetChargeReply, Fault> {
+                let row: Option<Row> = sqlx::query_as(
                     "SELECT id, order_id, amount, currency, description FROM charges \
                      WHERE account = $1 AND id = $2",
                 )
                 .bind(&input.x_account_id)
                 .bind(input.charge_id)
                 .fetch_optional(&self.pool)
-                .await;
-                match row {
-                    Ok(Some(row)) => GetChargeReply::Ok(charge(row)),
-                    Ok(None) => GetChargeReply::NotFound(problem("not_found", "no such charge")),
-                    Err(e) => GetChargeReply::NotFound(problem("read_failed", e.to_string())),
-                }
+                .await?;
+                Ok(match row {
+                    Some(row) => GetChargeReply::Ok(charge(row)),
+                    None => GetChargeReply::NotFound(problem("not_found", "no such charge")),
+                })
             }
 
             async fn create_payout<'a>(

@@ -140,7 +140,11 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
          [`router`] serves an implementation. Keyed methods receive the transaction their \
          idempotency key commits in: write the effect there, and it commits together with the \
          stored response, or not at all. Generic over the store: SQLite (`sqlx::Sqlite`) \
-         embedded, PostgreSQL (`sqlx::Postgres`) in production."
+         embedded, PostgreSQL (`sqlx::Postgres`) in production.\n\n\
+         Each method answers `Ok` with one of its documented replies, or `Err` with a \
+         [`Fault`](::idem_runtime::server::Fault): `?` on a database error gives one, and it \
+         is answered `503` with `Retry-After`, retryable and never recorded, so a connection \
+         that dies mid-operation is never a caller's final answer."
     ));
     quote! {
         #trait_doc
@@ -405,7 +409,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
             quote! {
                 #doc
                 #deprecated
-                fn #method_ident(&self, cx: #rt::support::Context #(, #input_arg_list)*) -> impl ::std::future::Future<Output = #reply_ident> + ::std::marker::Send;
+                fn #method_ident(&self, cx: #rt::support::Context #(, #input_arg_list)*) -> impl ::std::future::Future<Output = ::std::result::Result<#reply_ident, #rt::Fault>> + ::std::marker::Send;
             },
             quote! {{
                 let api = ::std::sync::Arc::clone(&api);
@@ -429,7 +433,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                 quote! {
                     #doc
                     #deprecated
-                    fn #method_ident(&self, cx: #rt::support::Context, tx: #rt::IdemTx<DB> #(, #input_arg_list)*) -> impl ::std::future::Future<Output = #reply_ident> + ::std::marker::Send;
+                    fn #method_ident(&self, cx: #rt::support::Context, tx: #rt::IdemTx<DB> #(, #input_arg_list)*) -> impl ::std::future::Future<Output = ::std::result::Result<#reply_ident, #rt::Fault>> + ::std::marker::Send;
                 },
                 quote! {{
                     let api = ::std::sync::Arc::clone(&api);

@@ -251,6 +251,91 @@ impl IntoResponse for Unavailable {
     }
 }
 
+/// A database or key-store failure inside an operation: the connection
+/// dropped, the database restarted, a statement timed out.
+///
+/// Every generated handler returns `Result<Reply, Fault>`, and `?` turns an
+/// `sqlx::Error` (or a [`StoreError`](super::StoreError)) into one, so a
+/// fault is answered the way the protocol answers an unavailable store,
+/// whatever the handler was about to do: `503 idempotency_store_unavailable`
+/// with `Retry-After`, `retryable: true`, and, like a [`Reject`], never
+/// recorded. The key's claim rolls back with the operation's writes, so the
+/// retry with the same key runs the operation again. The database's own
+/// text is logged (`tracing`, at `warn`), and never sent to the caller.
+///
+/// ```
+/// use axum::response::IntoResponse;
+/// use idem_runtime::server::{Fault, is_rejection};
+/// let fault = Fault::from(sqlx::Error::PoolTimedOut);
+/// let response = fault.into_response();
+/// assert_eq!(response.status(), 503);
+/// assert!(response.headers().contains_key("retry-after"));
+/// assert!(is_rejection(&response));
+/// ```
+#[derive(Debug)]
+pub struct Fault {
+    source: super::StoreError,
+    retry_after: std::time::Duration,
+}
+
+impl Fault {
+    /// The `Retry-After` a fault is answered with: the default of
+    /// [`Policy::store_retry_after`](super::Policy::store_retry_after).
+    pub const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
+    /// The failure.
+    pub fn source(&self) -> &super::StoreError {
+        &self.source
+    }
+}
+
+impl From<sqlx::Error> for Fault {
+    fn from(e: sqlx::Error) -> Self {
+        Fault::from(super::StoreError::Database(e))
+    }
+}
+
+impl From<super::StoreError> for Fault {
+    fn from(source: super::StoreError) -> Self {
+        Fault {
+            source,
+            retry_after: Fault::RETRY_AFTER,
+        }
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a database fault inside the operation: {}", self.source)
+    }
+}
+
+impl std::error::Error for Fault {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+impl IntoResponse for Fault {
+    fn into_response(self) -> Response {
+        tracing::warn!(error = %self.source, "database fault inside an operation; answered 503, nothing recorded");
+        let error = super::error::IdempotencyError::StoreUnavailable {
+            source: self.source,
+            retry_after: self.retry_after,
+        };
+        // Rendered without the store's own log line: logged once, above.
+        let mut response = super::error::error_response(
+            error.status(),
+            error.code(),
+            &error.to_string(),
+            true,
+            Some(self.retry_after),
+        );
+        response.extensions_mut().insert(Unrecorded);
+        response
+    }
+}
+
 /// Whether `response` came from a [`Reject`] and must not be recorded.
 pub fn is_rejection(response: &Response) -> bool {
     response.extensions().get::<Unrecorded>().is_some()

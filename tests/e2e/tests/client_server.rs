@@ -16,21 +16,32 @@ use idem_e2e::shop;
 use idem_runtime::client::IdempotencyKey;
 use idem_runtime::client::support::ApiError;
 use idem_runtime::server::support::Context;
-use idem_runtime::server::{IdemTx, Idempotency, ScopeExtractor, ScopeRejection, Store};
+use idem_runtime::server::{Fault, IdemTx, Idempotency, ScopeExtractor, ScopeRejection, Store};
 use idem_runtime::sqlx::Sqlite;
 
 /// An echo of each request in the documented reply shape.
 struct Shop;
 
 impl shop::Api<Sqlite> for Shop {
-    async fn get_blob(&self, _cx: Context, input: shop::GetBlobInput) -> shop::GetBlobReply {
-        shop::GetBlobReply::Ok(Bytes::from(format!("blob {}", input.name)))
+    async fn get_blob(
+        &self,
+        _cx: Context,
+        input: shop::GetBlobInput,
+    ) -> Result<shop::GetBlobReply, Fault> {
+        Ok(shop::GetBlobReply::Ok(Bytes::from(format!(
+            "blob {}",
+            input.name
+        ))))
     }
 
-    async fn put_blob(&self, _cx: Context, input: shop::PutBlobInput) -> shop::PutBlobReply {
-        shop::PutBlobReply::NoContent(shop::PutBlobReplyNoContent {
+    async fn put_blob(
+        &self,
+        _cx: Context,
+        input: shop::PutBlobInput,
+    ) -> Result<shop::PutBlobReply, Fault> {
+        Ok(shop::PutBlobReply::NoContent(shop::PutBlobReplyNoContent {
             e_tag: Some(format!("\"{}-{}\"", input.name, input.body.len())),
-        })
+        }))
     }
 
     async fn create_charge(
@@ -38,21 +49,25 @@ impl shop::Api<Sqlite> for Shop {
         _cx: Context,
         _tx: IdemTx<Sqlite>,
         input: shop::CreateChargeInput,
-    ) -> shop::CreateChargeReply {
+    ) -> Result<shop::CreateChargeReply, Fault> {
         let Some(body) = input.body else {
-            return shop::CreateChargeReply::UnprocessableEntity(problem("no body")).unrecorded();
+            return Ok(
+                shop::CreateChargeReply::UnprocessableEntity(problem("no body")).unrecorded(),
+            );
         };
         let mut received = BTreeMap::new();
         received.insert("decoded".to_owned(), serde_json::json!(format!("{body:?}")));
-        shop::CreateChargeReply::Ok(shop::Charge {
+        Ok(shop::CreateChargeReply::Ok(shop::Charge {
             id: format!("ch_{}", body.amount),
             amount: body.amount,
             received: Some(received),
-        })
+        }))
     }
 
-    async fn health(&self, _cx: Context) -> shop::HealthReply {
-        shop::HealthReply::Ok(shop::HealthResponse200 { ok: Some(true) })
+    async fn health(&self, _cx: Context) -> Result<shop::HealthReply, Fault> {
+        Ok(shop::HealthReply::Ok(shop::HealthResponse200 {
+            ok: Some(true),
+        }))
     }
 
     async fn create_note(
@@ -60,12 +75,12 @@ impl shop::Api<Sqlite> for Shop {
         _cx: Context,
         _tx: IdemTx<Sqlite>,
         input: shop::CreateNoteInput,
-    ) -> shop::CreateNoteReply {
+    ) -> Result<shop::CreateNoteReply, Fault> {
         let text = match input.body {
             shop::CreateNoteRequestBody::Json(note) => format!("json: {}", note.text),
             shop::CreateNoteRequestBody::Text(text) => format!("text: {text}"),
         };
-        shop::CreateNoteReply::Created(text)
+        Ok(shop::CreateNoteReply::Created(text))
     }
 
     async fn create_order(
@@ -73,35 +88,40 @@ impl shop::Api<Sqlite> for Shop {
         _cx: Context,
         mut tx: IdemTx<Sqlite>,
         input: shop::CreateOrderInput,
-    ) -> shop::CreateOrderReply {
+    ) -> Result<shop::CreateOrderReply, Fault> {
         // The effect, in the key's transaction.
         let id: i64 = idem_runtime::sqlx::query_scalar(
             "INSERT INTO shop_orders (sku) VALUES ($1) RETURNING id",
         )
         .bind(&input.body.sku)
         .fetch_one(&mut *tx)
-        .await
-        .unwrap();
+        .await?;
         let order = input.body;
-        shop::CreateOrderReply::Created(shop::CreateOrderReplyCreated {
-            body: shop::Order {
-                sku: order.sku,
-                quantity: order.quantity,
-                gift: order.gift,
-                note: order.note,
-                id,
-                status: shop::OrderStatus::Pending,
-                created: None,
+        Ok(shop::CreateOrderReply::Created(
+            shop::CreateOrderReplyCreated {
+                body: shop::Order {
+                    sku: order.sku,
+                    quantity: order.quantity,
+                    gift: order.gift,
+                    note: order.note,
+                    id,
+                    status: shop::OrderStatus::Pending,
+                    created: None,
+                },
+                x_request_cost: Some(3),
             },
-            x_request_cost: Some(3),
-        })
+        ))
     }
 
-    async fn get_order(&self, _cx: Context, input: shop::GetOrderInput) -> shop::GetOrderReply {
+    async fn get_order(
+        &self,
+        _cx: Context,
+        input: shop::GetOrderInput,
+    ) -> Result<shop::GetOrderReply, Fault> {
         if input.id == 404 {
-            return shop::GetOrderReply::NotFound(problem("no such order"));
+            return Ok(shop::GetOrderReply::NotFound(problem("no such order")));
         }
-        shop::GetOrderReply::Ok(shop::Order {
+        Ok(shop::GetOrderReply::Ok(shop::Order {
             sku: format!(
                 "expand={:?} filter={:?} trace={:?}",
                 input.expand, input.filter, input.x_trace
@@ -112,15 +132,15 @@ impl shop::Api<Sqlite> for Shop {
             id: input.id,
             status: shop::OrderStatus::Shipped,
             created: None,
-        })
+        }))
     }
 
     async fn create_refund(
         &self,
         _cx: Context,
         input: shop::CreateRefundInput,
-    ) -> shop::CreateRefundReply {
-        shop::CreateRefundReply::Created(input.body)
+    ) -> Result<shop::CreateRefundReply, Fault> {
+        Ok(shop::CreateRefundReply::Created(input.body))
     }
 
     async fn create_upload(
@@ -128,11 +148,11 @@ impl shop::Api<Sqlite> for Shop {
         _cx: Context,
         _tx: IdemTx<Sqlite>,
         input: shop::CreateUploadInput,
-    ) -> shop::CreateUploadReply {
-        shop::CreateUploadReply::Created(shop::Upload {
+    ) -> Result<shop::CreateUploadReply, Fault> {
+        Ok(shop::CreateUploadReply::Created(shop::Upload {
             name: input.body.name,
             size: i64::try_from(input.body.file.len()).unwrap(),
-        })
+        }))
     }
 }
 
@@ -161,7 +181,17 @@ fn problem(title: &str) -> shop::Problem {
 }
 
 async fn serve() -> shop::Client {
+    serve_with_pool().await.0
+}
+
+/// The shop on loopback, its store's pool, and its address.
+async fn serve_with_pool() -> (
+    shop::Client,
+    idem_runtime::sqlx::Pool<Sqlite>,
+    std::net::SocketAddr,
+) {
     let store = Store::open_sqlite("sqlite::memory:").await.unwrap();
+    let pool = store.pool().clone();
     store.migrate().await.unwrap();
     idem_runtime::sqlx::query(
         "CREATE TABLE shop_orders (id INTEGER PRIMARY KEY AUTOINCREMENT, sku TEXT NOT NULL)",
@@ -177,9 +207,74 @@ async fn serve() -> shop::Client {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    shop::Client::new(&format!("http://{addr}/v1"))
+    let client = shop::Client::new(&format!("http://{addr}/v1"))
         .unwrap()
-        .bearer_auth("token-1")
+        .bearer_auth("token-1");
+    (client, pool, addr)
+}
+
+/// One HTTP/1.1 request on a fresh connection: status, lowercased headers, body.
+async fn raw(addr: std::net::SocketAddr, request: String) -> (u16, String, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let status = head[9..12].parse().unwrap();
+    let body = serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
+    (status, head.to_ascii_lowercase(), body)
+}
+
+/// A database error inside a keyed handler, `?`'d into a `Fault`: the
+/// protocol's retryable `503` with `Retry-After`, without the database's
+/// text, and nothing recorded, so the same key runs the order once the
+/// database is back.
+#[tokio::test]
+async fn a_database_fault_is_a_retryable_503_and_the_key_runs_again() {
+    let (_, pool, addr) = serve_with_pool().await;
+    let order = r#"{"sku":"tea","quantity":1}"#;
+    let request = format!(
+        "POST /v1/orders HTTP/1.1\r\nHost: shop\r\nAuthorization: Bearer token-1\r\n\
+         Idempotency-Key: fault-1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{order}",
+        order.len()
+    );
+    // The table the handler writes to is gone: its statement fails.
+    idem_runtime::sqlx::query("ALTER TABLE shop_orders RENAME TO shop_orders_away")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (status, head, body) = raw(addr, request.clone()).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "idempotency_store_unavailable", "{body}");
+    assert_eq!(body["retryable"], true, "{body}");
+    assert!(head.contains("\r\nretry-after: 2"), "{head}");
+    assert!(
+        !body.to_string().contains("shop_orders"),
+        "the database's text leaked: {body}"
+    );
+    // Nothing was recorded under the key.
+    let keys: i64 = idem_runtime::sqlx::query_scalar("SELECT COUNT(*) FROM idem_keys")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(keys, 0);
+    // The database is back: the same key runs the order, once.
+    idem_runtime::sqlx::query("ALTER TABLE shop_orders_away RENAME TO shop_orders")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (status, _, first) = raw(addr, request.clone()).await;
+    assert_eq!(status, 201, "{first}");
+    let (status, head, again) = raw(addr, request).await;
+    assert_eq!((status, &again), (201, &first));
+    assert!(head.contains("idempotent-replayed: true"), "{head}");
+    let orders: i64 = idem_runtime::sqlx::query_scalar("SELECT COUNT(*) FROM shop_orders")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(orders, 1);
 }
 
 #[tokio::test]

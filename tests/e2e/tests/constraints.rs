@@ -14,7 +14,7 @@ use idem_e2e::constraints as api;
 use idem_runtime::client::support::ApiError;
 use idem_runtime::reqwest;
 use idem_runtime::server::support::Context;
-use idem_runtime::server::{Backend, HeaderScope, IdemTx, Idempotency, Store};
+use idem_runtime::server::{Backend, Fault, HeaderScope, IdemTx, Idempotency, Store};
 use serde_json::{Value, json};
 
 struct Orders;
@@ -33,34 +33,42 @@ impl<DB: Backend> api::Api<DB> for Orders {
         _cx: Context,
         _tx: IdemTx<DB>,
         input: api::CreateOrderInput,
-    ) -> api::CreateOrderReply {
-        api::CreateOrderReply::Created(api::Order {
+    ) -> Result<api::CreateOrderReply, Fault> {
+        Ok(api::CreateOrderReply::Created(api::Order {
             lines: input.body.lines,
             ..order()
-        })
+        }))
     }
 
     async fn list_orders(
         &self,
         _cx: Context,
         _input: api::ListOrdersInput,
-    ) -> api::ListOrdersReply {
-        api::ListOrdersReply::Ok(Vec::new())
+    ) -> Result<api::ListOrdersReply, Fault> {
+        Ok(api::ListOrdersReply::Ok(Vec::new()))
     }
 
-    async fn get_order(&self, _cx: Context, input: api::GetOrderInput) -> api::GetOrderReply {
-        api::GetOrderReply::Ok(api::Order {
+    async fn get_order(
+        &self,
+        _cx: Context,
+        input: api::GetOrderInput,
+    ) -> Result<api::GetOrderReply, Fault> {
+        Ok(api::GetOrderReply::Ok(api::Order {
             id: input.order_id,
             ..order()
-        })
+        }))
     }
 
-    async fn create_note(&self, _cx: Context, input: api::CreateNoteInput) -> api::CreateNoteReply {
-        match input.body {
+    async fn create_note(
+        &self,
+        _cx: Context,
+        input: api::CreateNoteInput,
+    ) -> Result<api::CreateNoteReply, Fault> {
+        Ok(match input.body {
             api::CreateNoteRequestBody::Json(note) | api::CreateNoteRequestBody::Form(note) => {
                 api::CreateNoteReply::Created(note)
             }
-        }
+        })
     }
 }
 

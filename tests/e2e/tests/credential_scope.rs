@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use idem_e2e::bearer as api;
 use idem_runtime::reqwest;
 use idem_runtime::server::support::Context;
-use idem_runtime::server::{Backend, ConfigError, HeaderScope, IdemTx, Idempotency, Store};
+use idem_runtime::server::{Backend, ConfigError, Fault, HeaderScope, IdemTx, Idempotency, Store};
 use serde_json::{Value, json};
 
 const TOKEN_A: &str = "tok_live_alpha_4f1c9e2b7d";
@@ -41,34 +41,42 @@ impl<DB: Backend> api::Api<DB> for Ledger {
         _cx: Context,
         _tx: IdemTx<DB>,
         input: api::CreateEntryInput,
-    ) -> api::CreateEntryReply {
+    ) -> Result<api::CreateEntryReply, Fault> {
         let n = self.posted.fetch_add(1, Ordering::SeqCst) + 1;
-        api::CreateEntryReply::Created(api::Entry {
+        Ok(api::CreateEntryReply::Created(api::Entry {
             id: format!("entry-{n}"),
             amount: input.body.amount,
             memo: input.body.memo,
-        })
+        }))
     }
 
-    async fn create_export(&self, _cx: Context, _tx: IdemTx<DB>) -> api::CreateExportReply {
-        api::CreateExportReply::Created
+    async fn create_export(
+        &self,
+        _cx: Context,
+        _tx: IdemTx<DB>,
+    ) -> Result<api::CreateExportReply, Fault> {
+        Ok(api::CreateExportReply::Created)
     }
 
     async fn list_entries(
         &self,
         _cx: Context,
         _input: api::ListEntriesInput,
-    ) -> api::ListEntriesReply {
-        api::ListEntriesReply::Ok(Vec::new())
+    ) -> Result<api::ListEntriesReply, Fault> {
+        Ok(api::ListEntriesReply::Ok(Vec::new()))
     }
 
-    async fn void_entry(&self, _cx: Context, input: api::VoidEntryInput) -> api::VoidEntryReply {
+    async fn void_entry(
+        &self,
+        _cx: Context,
+        input: api::VoidEntryInput,
+    ) -> Result<api::VoidEntryReply, Fault> {
         let reason = input.body.and_then(|b| b.reason).unwrap_or_default();
         self.voided
             .lock()
             .unwrap()
             .push(format!("{}:{reason}", input.id));
-        api::VoidEntryReply::NoContent
+        Ok(api::VoidEntryReply::NoContent)
     }
 }
 
