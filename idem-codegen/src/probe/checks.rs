@@ -341,12 +341,7 @@ impl Runner<'_> {
                     }
                     real
                 }
-                Basis::Replay if !ids.is_empty() => {
-                    let mut original_ids: Vec<String> =
-                        originals.iter().filter_map(Answer::resource_id).collect();
-                    original_ids.dedup();
-                    original_ids.len().max(usize::from(!originals.is_empty()))
-                }
+                // One effect per distinct successful body.
                 Basis::Replay => originals.len(),
             };
             let round = rounds.len() + 1;

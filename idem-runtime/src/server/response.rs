@@ -275,18 +275,12 @@ impl IntoResponse for Unavailable {
 #[derive(Debug)]
 pub struct Fault {
     source: super::StoreError,
-    retry_after: std::time::Duration,
 }
 
 impl Fault {
     /// The `Retry-After` a fault is answered with: the default of
     /// [`Policy::store_retry_after`](super::Policy::store_retry_after).
     pub const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
-
-    /// The failure.
-    pub fn source(&self) -> &super::StoreError {
-        &self.source
-    }
 }
 
 impl From<sqlx::Error> for Fault {
@@ -297,10 +291,7 @@ impl From<sqlx::Error> for Fault {
 
 impl From<super::StoreError> for Fault {
     fn from(source: super::StoreError) -> Self {
-        Fault {
-            source,
-            retry_after: Fault::RETRY_AFTER,
-        }
+        Fault { source }
     }
 }
 
@@ -321,7 +312,7 @@ impl IntoResponse for Fault {
         tracing::warn!(error = %self.source, "database fault inside an operation; answered 503, nothing recorded");
         let error = super::error::IdempotencyError::StoreUnavailable {
             source: self.source,
-            retry_after: self.retry_after,
+            retry_after: Fault::RETRY_AFTER,
         };
         // Rendered without the store's own log line: logged once, above.
         let mut response = super::error::error_response(
@@ -329,7 +320,7 @@ impl IntoResponse for Fault {
             error.code(),
             &error.to_string(),
             true,
-            Some(self.retry_after),
+            Some(Fault::RETRY_AFTER),
         );
         response.extensions_mut().insert(Unrecorded);
         response
