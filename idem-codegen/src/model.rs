@@ -324,6 +324,8 @@ pub struct KeySettings {
     /// When a single-phase operation's key is claimed.
     pub claim: ClaimAt,
     pub lock_timeout: Duration,
+    /// How long a request waits for a database connection before its 503.
+    pub store_wait: Duration,
     /// The resume schedule of a phased operation.
     pub resume: Resume,
 }
@@ -333,6 +335,7 @@ impl KeySettings {
     pub const DEFAULT_REPLAY_WINDOW: Duration = Duration::from_secs(24 * 3600);
     pub const DEFAULT_REAPER_AFTER: Duration = Duration::from_secs(72 * 3600);
     pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(60);
+    pub const DEFAULT_STORE_WAIT: Duration = Duration::from_millis(500);
 }
 
 /// The effective `x-retry` policy of an operation.
@@ -515,6 +518,7 @@ pub(crate) fn merge_idempotency(outer: &IdempotencyExt, inner: IdempotencyExt) -
         in_flight: inner.in_flight.or(outer.in_flight),
         claim: inner.claim.or(outer.claim),
         lock_timeout: inner.lock_timeout.or(outer.lock_timeout),
+        store_wait: inner.store_wait.or(outer.store_wait),
         resume: inner.resume.or(outer.resume),
         effect: inner.effect,
         key: inner.key,
@@ -558,6 +562,9 @@ pub fn key_settings(ext: &IdempotencyExt) -> KeySettings {
         lock_timeout: ext
             .lock_timeout
             .map_or(KeySettings::DEFAULT_LOCK_TIMEOUT, |d| d.value),
+        store_wait: ext
+            .store_wait
+            .map_or(KeySettings::DEFAULT_STORE_WAIT, |d| d.value),
         resume: ext.resume.map(|r| r.value).unwrap_or_default(),
     }
 }

@@ -152,6 +152,7 @@ pub struct IdempotencyExt {
     pub in_flight: Option<Located<InFlight>>,
     pub claim: Option<Located<ClaimAt>>,
     pub lock_timeout: Option<Located<Duration>>,
+    pub store_wait: Option<Located<Duration>>,
     pub resume: Option<Located<Resume>>,
     pub effect: Option<Located<Effect>>,
     pub key: Option<Located<KeyRequirement>>,
@@ -239,6 +240,7 @@ const IDEMPOTENCY_FIELDS: &[&str] = &[
     "in-flight",
     "claim",
     "lock-timeout",
+    "store-wait",
     "resume",
     "effect",
     "key",
@@ -345,6 +347,7 @@ impl Reader<'_> {
                 }
                 "claim" => ext.claim = self.keyword(value, field, ClaimAt::parse, ClaimAt::ALL),
                 "lock-timeout" => ext.lock_timeout = self.duration(value, field),
+                "store-wait" => ext.store_wait = self.duration(value, field),
                 "resume" => ext.resume = self.resume(value),
                 "effect" => ext.effect = self.keyword(value, field, Effect::parse, Effect::ALL),
                 "key" if level == Level::Root => ext.key = self.root_key(value),

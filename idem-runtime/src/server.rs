@@ -46,6 +46,7 @@ mod config;
 mod engine;
 mod error;
 mod gate;
+mod health;
 mod jobs;
 mod key;
 mod layer;
@@ -57,8 +58,9 @@ mod store;
 pub mod support;
 
 pub use config::{
-    BODY_KEY_FIELD, ClaimAt, DEFAULT_SCOPE_MAX_LENGTH, DEFAULT_STATUS_PREFIX, FailureReplay,
-    InFlight, KeyIn, KeyRequirement, MAX_INDEXED_BYTES, MismatchStatus, Policy, ResumePolicy,
+    BODY_KEY_FIELD, ClaimAt, DEFAULT_SCOPE_MAX_LENGTH, DEFAULT_STATUS_PREFIX, DEFAULT_STORE_WAIT,
+    FailureReplay, InFlight, KeyIn, KeyRequirement, MAX_INDEXED_BYTES, MismatchStatus, Policy,
+    ResumePolicy,
 };
 pub use engine::{Idempotency, IdempotencyBuilder};
 pub use error::{ConfigError, IdempotencyError, KeyProblem, StoreError};

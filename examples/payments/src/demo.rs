@@ -131,17 +131,7 @@ async fn proxy(upstream: SocketAddr, loss: f64) -> anyhow::Result<SocketAddr> {
                     .body(Body::empty())
                     .unwrap_or_default();
             };
-            let url = format!(
-                "http://{upstream}{}",
-                parts.uri.path_and_query().map_or("/", |p| p.as_str())
-            );
-            let mut forward = http.request(parts.method.clone(), url).body(body);
-            for (name, value) in &parts.headers {
-                if name != "host" && name != "content-length" {
-                    forward = forward.header(name, value);
-                }
-            }
-            let answered = match forward.send().await {
+            let answered = match forward(&http, upstream, &parts, body).await {
                 Ok(r) => r,
                 // The server is down (killed, restarting): what a load
                 // balancer answers then.
@@ -172,7 +162,28 @@ async fn proxy(upstream: SocketAddr, loss: f64) -> anyhow::Result<SocketAddr> {
     Ok(addr)
 }
 
-fn order_body(order: usize) -> NewCharge {
+/// Sends the request `parts` + `body` on to `upstream`, as received.
+pub(crate) async fn forward(
+    http: &idem_runtime::reqwest::Client,
+    upstream: SocketAddr,
+    parts: &idem_runtime::http::request::Parts,
+    body: idem_runtime::bytes::Bytes,
+) -> Result<idem_runtime::reqwest::Response, idem_runtime::reqwest::Error> {
+    let url = format!(
+        "http://{upstream}{}",
+        parts.uri.path_and_query().map_or("/", |p| p.as_str())
+    );
+    let mut request = http.request(parts.method.clone(), url).body(body);
+    for (name, value) in &parts.headers {
+        if name != "host" && name != "content-length" {
+            request = request.header(name, value);
+        }
+    }
+    request.send().await
+}
+
+/// The charge for order number `order`: the same body on every retry.
+pub(crate) fn order_body(order: usize) -> NewCharge {
     NewCharge {
         order_id: format!("order-{order}"),
         amount: 1_000 + i64::try_from(order % 97).unwrap_or(0),

@@ -7,10 +7,13 @@
 //! SIGKILLs the server once mid-run, and prints what reached the database
 //! ([`demo`]). `payments-demo outage` holds payouts while the bank is down
 //! and shows the server's own retries keeping to their schedule
-//! ([`outage`]).
+//! ([`outage`]). `payments-demo faults` restarts, crashes, stops, hangs and
+//! terminates the PostgreSQL under keyed load and counts what callers saw
+//! ([`faults`]).
 
 pub mod bank;
 pub mod demo;
+pub mod faults;
 pub mod outage;
 pub mod server;
 

@@ -54,6 +54,27 @@ enum Command {
         #[arg(long, requires = "resume_base_ms")]
         resume_attempts: Option<u32>,
     },
+    /// Database faults under keyed load through the generated client, on a
+    /// private PostgreSQL cluster: what callers saw, and what was stored.
+    Faults {
+        /// The faults to inject (default: all, in order).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        only: Vec<payments_demo::faults::Fault>,
+        /// Workers, each charging one order at a time with its own key.
+        #[arg(long, default_value_t = 20)]
+        workers: usize,
+        /// Seconds the database stays down, hung, or has its backends
+        /// terminated.
+        #[arg(long, default_value_t = 30)]
+        outage_secs: u64,
+        /// Seconds of load before each fault and after the database is back.
+        #[arg(long, default_value_t = 5)]
+        settle_secs: u64,
+        /// PostgreSQL's server binaries (initdb, pg_ctl); found under
+        /// IDEM_PG_BIN, /usr/lib/postgresql or PATH when not given.
+        #[arg(long)]
+        pg_bin: Option<std::path::PathBuf>,
+    },
     /// Serve the generated payments API (what the demo starts and kills).
     Serve {
         #[arg(long)]
@@ -140,6 +161,38 @@ async fn main() -> ExitCode {
                 Ok(outcome) => {
                     print!("{}", payments_demo::outage::report(&settings, &outcome));
                     Ok(outcome.holds(payouts))
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Some(Command::Faults {
+            only,
+            workers,
+            outage_secs,
+            settle_secs,
+            pg_bin,
+        }) => {
+            let Some(pg_bin) = pg_bin.or_else(payments_demo::faults::find_pg_bin) else {
+                eprintln!(
+                    "error: no PostgreSQL server binaries (initdb, pg_ctl) found: install                      PostgreSQL or pass --pg-bin DIR"
+                );
+                return ExitCode::from(2);
+            };
+            let settings = payments_demo::faults::Settings {
+                faults: if only.is_empty() {
+                    payments_demo::faults::Fault::ALL.to_vec()
+                } else {
+                    only
+                },
+                workers,
+                outage: std::time::Duration::from_secs(outage_secs),
+                settle: std::time::Duration::from_secs(settle_secs),
+                pg_bin,
+            };
+            match payments_demo::faults::run(&settings).await {
+                Ok(outcomes) => {
+                    print!("{}", payments_demo::faults::report(&settings, &outcomes));
+                    Ok(outcomes.iter().all(payments_demo::faults::Outcome::holds))
                 }
                 Err(e) => Err(e),
             }

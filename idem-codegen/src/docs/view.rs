@@ -239,6 +239,9 @@ pub struct DocsView {
     pub timeouts: Vec<Endpoint>,
     /// Requests the server admits at once, API-wide.
     pub max_in_flight: usize,
+    /// How long a request waits for the server's database before its 503
+    /// (`store-wait`), in words.
+    pub store_wait: String,
     /// Operations with an admission limit of their own: endpoint and limit.
     pub admission: Vec<(Endpoint, u32)>,
     pub retry: RetryView,
@@ -351,6 +354,7 @@ impl DocsView {
                     m.value as usize
                 }),
             admission,
+            store_wait: text::duration_words(root.store_wait),
             retry: retry_view(&root_retry),
             resumed: keyed_ops
                 .iter()

@@ -27,7 +27,7 @@ use super::client::{
 use super::naming::{self, Namer};
 use super::types::{Site, Ty, TypeSpace, doc_attrs, ident};
 use crate::model::SecurityKind;
-use crate::model::{KeySource, Model, Operation, RetryClass};
+use crate::model::{KeySettings, KeySource, Model, Operation, RetryClass};
 use crate::vocab::{ClaimAt, FailureReplay, InFlight, KeyRequirement, Scope};
 
 const RT: &str = "::idem_runtime::server";
@@ -581,6 +581,10 @@ fn policy(op: &Operation, accepted: &mut bool) -> TokenStream {
         secs(s.lock_timeout),
     );
     calls.push(quote!(.replay_window(#window).reaper_after(#reaper).lock_timeout(#lock)));
+    if s.store_wait != KeySettings::DEFAULT_STORE_WAIT {
+        let wait = secs(s.store_wait);
+        calls.push(quote!(.store_wait(#wait)));
+    }
     if wiring(op) == Wiring::Phased && s.resume != crate::vocab::Resume::default() {
         let r = &s.resume;
         let attempts = proc_macro2::Literal::u32_unsuffixed(r.max_attempts);

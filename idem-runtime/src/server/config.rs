@@ -135,6 +135,7 @@ pub struct Policy {
     pub(crate) failure_replay: FailureReplay,
     pub(crate) in_flight: InFlight,
     pub(crate) duplicate_wait: Duration,
+    pub(crate) store_wait: Duration,
     pub(crate) lock_timeout: Duration,
     pub(crate) mismatch: MismatchStatus,
     pub(crate) max_request_body: usize,
@@ -157,6 +158,10 @@ pub const DEFAULT_SCOPE_MAX_LENGTH: usize = 255;
 /// reaching the index with a value the database cannot store.
 pub const MAX_INDEXED_BYTES: usize = 2600;
 
+/// The default bound on a request's wait for a database connection
+/// (`store-wait`).
+pub const DEFAULT_STORE_WAIT: Duration = Duration::from_millis(500);
+
 /// The default path prefix of the status resource: `/idempotency-keys/{key}`.
 pub const DEFAULT_STATUS_PREFIX: &str = crate::protocol::DEFAULT_STATUS_PREFIX;
 
@@ -174,6 +179,7 @@ impl Default for Policy {
             failure_replay: FailureReplay::Verbatim,
             in_flight: InFlight::Conflict,
             duplicate_wait: Duration::from_secs(2),
+            store_wait: DEFAULT_STORE_WAIT,
             lock_timeout: Duration::from_secs(60),
             mismatch: MismatchStatus::Conflict,
             max_request_body: 1024 * 1024,
@@ -337,6 +343,23 @@ impl Policy {
     /// ```
     pub fn duplicate_wait(mut self, wait: Duration) -> Self {
         self.duplicate_wait = wait;
+        self
+    }
+
+    /// How long a request waits for a database connection before it is
+    /// refused `503 idempotency_store_unavailable` with `Retry-After`
+    /// (`store-wait`, default 500ms). The caller's remaining deadline, when
+    /// sooner, bounds it instead. A request refused early can be retried at
+    /// once elsewhere; one queued for seconds spends its caller's deadline on
+    /// a single attempt. Once the database is known to be down, requests are
+    /// refused without waiting at all (see the server guide, "Database
+    /// faults").
+    ///
+    /// ```
+    /// let p = idem_runtime::server::Policy::new().store_wait(std::time::Duration::from_millis(250));
+    /// ```
+    pub fn store_wait(mut self, wait: Duration) -> Self {
+        self.store_wait = wait.max(Duration::from_millis(1));
         self
     }
 

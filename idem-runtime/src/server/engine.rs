@@ -283,10 +283,27 @@ pub(crate) fn until(at: i64) -> Duration {
 }
 
 fn unavailable(policy: &Policy) -> impl Fn(StoreError) -> IdempotencyError + '_ {
-    move |source| IdempotencyError::StoreUnavailable {
-        source,
-        retry_after: policy.retry_after,
+    move |source| {
+        // `Retry-After` says what the server knows: a busy pool frees up in
+        // moments, an outage's length is a guess at its remainder.
+        let retry_after = match &source {
+            StoreError::NoConnection { .. } => Duration::from_secs(1),
+            StoreError::Down { down_for } => super::health::down_retry_after(*down_for),
+            _ => policy.retry_after,
+        };
+        IdempotencyError::StoreUnavailable {
+            source,
+            retry_after,
+        }
     }
+}
+
+/// `wait`, or the current request's remaining deadline when sooner.
+pub(crate) fn bounded_by_deadline(wait: Duration) -> Duration {
+    crate::context::current()
+        .and_then(|inbound| inbound.time_left())
+        .map_or(wait, |left| wait.min(left))
+        .max(Duration::from_millis(1))
 }
 
 impl<DB: Backend> Idempotency<DB> {
@@ -399,6 +416,18 @@ impl<DB: Backend> Idempotency<DB> {
                     .fold(own, |(lock, reap), (l, r)| (lock.min(*l), reap.max(*r)))
             })
             .unwrap_or(own)
+    }
+
+    /// How long a request may wait for a database connection: the store
+    /// wait, or the caller's remaining deadline when sooner.
+    pub(crate) fn store_wait(&self) -> Duration {
+        bounded_by_deadline(self.inner.policy.store_wait)
+    }
+
+    /// Opens the transaction a request's claim (or unkeyed write) runs in,
+    /// within [`Self::store_wait`].
+    pub(crate) async fn begin_request(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
+        self.inner.store.begin_within(self.store_wait()).await
     }
 
     pub(crate) fn store_error(&self, source: StoreError) -> IdempotencyError {
@@ -634,13 +663,7 @@ impl<DB: Backend> Idempotency<DB> {
                 request: request.as_ref(),
                 now,
             };
-            let mut tx = self
-                .inner
-                .store
-                .pool()
-                .begin()
-                .await
-                .map_err(|e| err(e.into()))?;
+            let mut tx = self.begin_request().await.map_err(&err)?;
             let session = self.inner.store.session_lock_wait();
             match DB::claim(&mut tx, &claim, wait, session).await {
                 Ok(Some(generation)) => {

@@ -29,6 +29,21 @@ pub enum StoreError {
         /// The bound that passed.
         waited: Duration,
     },
+    /// No connection came within the request's bound (`store-wait`, or the
+    /// caller's deadline when sooner): the pool was busy or the database
+    /// slow. Nothing reached the database.
+    #[error("no database connection within {waited:?}")]
+    NoConnection {
+        /// The bound that passed.
+        waited: Duration,
+    },
+    /// The database is known to be unreachable and the request was refused
+    /// without waiting. Nothing reached the database.
+    #[error("the database has been unreachable for {down_for:?}")]
+    Down {
+        /// How long the outage has lasted so far.
+        down_for: Duration,
+    },
     /// A stored value is not one this version wrote.
     #[error("key store holds an unexpected {what}: {value:?}")]
     Corrupt {
@@ -438,8 +453,17 @@ pub(crate) fn error_response(
 
 impl IntoResponse for IdempotencyError {
     fn into_response(self) -> Response {
-        if let IdempotencyError::StoreUnavailable { source, .. } = &self {
-            tracing::error!(error = %source, "idempotency key store unavailable; failing closed");
+        match &self {
+            // Logged once when the outage begins and when it ends, not per
+            // refusal.
+            IdempotencyError::StoreUnavailable {
+                source: StoreError::Down { .. },
+                ..
+            } => {}
+            IdempotencyError::StoreUnavailable { source, .. } => {
+                tracing::warn!(error = %source, "idempotency key store unavailable; failing closed");
+            }
+            _ => {}
         }
         error_response(
             self.status(),

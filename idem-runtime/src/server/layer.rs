@@ -287,11 +287,9 @@ async fn claim<DB: Backend>(
     prepared: &Prepared,
 ) -> Result<Held<DB>, Response> {
     let begin = || async {
-        idem.store()
-            .pool()
-            .begin()
+        idem.begin_request()
             .await
-            .map_err(|e| idem.store_error(e.into()).into_response())
+            .map_err(|e| idem.store_error(e).into_response())
     };
     let Some(key) = prepared.key.as_deref() else {
         if idem.key_required() {
@@ -304,7 +302,7 @@ async fn claim<DB: Backend>(
         });
     };
     let started = Instant::now();
-    let wait = idem.policy().duplicate_wait_bound();
+    let wait = super::engine::bounded_by_deadline(idem.policy().duplicate_wait_bound());
     let Some(turn) = idem.store().gate().take(&prepared.scope, key, wait).await else {
         return Err(idem.in_flight_answer(key, None));
     };

@@ -19,6 +19,7 @@ use sqlx::{Pool, Row, Sqlite};
 
 use super::error::StoreError;
 use super::gate::KeyGate;
+use super::health::{Admit, Failure, Health, classify};
 use super::response::StoredResponse;
 
 /// A boxed, sendable future, as the backend trait returns.
@@ -1224,6 +1225,8 @@ pub struct Store<DB: Backend> {
     /// Per-key turns in this process; shared by clones, like the pool whose
     /// connections it keeps duplicates from queueing for.
     gate: Arc<KeyGate>,
+    /// What this process has seen of the database; shared by clones.
+    health: Arc<Health>,
     /// The `lock_timeout` every connection of the pool runs with, when the
     /// store set it at connect.
     session_lock_wait: Option<Duration>,
@@ -1234,6 +1237,7 @@ impl<DB: Backend> Clone for Store<DB> {
         Store {
             pool: self.pool.clone(),
             gate: Arc::clone(&self.gate),
+            health: Arc::clone(&self.health),
             session_lock_wait: self.session_lock_wait,
         }
     }
@@ -1245,7 +1249,67 @@ impl<DB: Backend> Store<DB> {
         Store {
             pool,
             gate: Arc::default(),
+            health: Arc::default(),
             session_lock_wait: None,
+        }
+    }
+
+    /// Opens a transaction for a request, waiting at most `wait` for a
+    /// connection.
+    ///
+    /// - While the database is known to be down, it fails at once with
+    ///   [`StoreError::Down`], except for one probe at a time (every 100ms
+    ///   at most), which tries for real: its success ends the outage.
+    /// - A pooled connection found dead (its backend terminated, the server
+    ///   restarted) is discarded and another tried, within the bound: `BEGIN`
+    ///   has no effect, so trying again is safe.
+    /// - A refused connection opens an outage; so does a wait that ran out
+    ///   when nothing got a connection for twice the bound (a database that
+    ///   hangs rather than refuses). A wait that ran out while other requests
+    ///   got connections is a busy pool: [`StoreError::NoConnection`].
+    pub async fn begin_within(
+        &self,
+        wait: Duration,
+    ) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
+        if let Admit::Refuse(down_for) = self.health.admit(wait) {
+            return Err(StoreError::Down { down_for });
+        }
+        let until = tokio::time::Instant::now() + wait;
+        // A caller that gives up first (its attempt timed out, it closed the
+        // connection) drops this future: the wait it saw still counts.
+        let mut watch = Abandoned {
+            health: &self.health,
+            started: std::time::Instant::now(),
+            armed: true,
+        };
+        // Dead pooled connections met before giving up; each is discarded.
+        let mut dead = 0;
+        loop {
+            let error = match tokio::time::timeout_at(until, self.pool.begin()).await {
+                Ok(Ok(tx)) => {
+                    watch.armed = false;
+                    self.health.answered();
+                    return Ok(tx);
+                }
+                Ok(Err(e)) => Some(e),
+                Err(_) => None,
+            };
+            let failure = error.as_ref().map_or(Failure::Timeout, classify);
+            if failure == Failure::Lost && dead < 8 && tokio::time::Instant::now() < until {
+                dead += 1;
+                continue;
+            }
+            watch.armed = false;
+            if let Some(down_for) = self.health.failed(failure, wait) {
+                if let Some(e) = &error {
+                    tracing::debug!(error = %e, "no database connection");
+                }
+                return Err(StoreError::Down { down_for });
+            }
+            return Err(match error {
+                Some(e) => StoreError::Database(e),
+                None => StoreError::NoConnection { waited: wait },
+            });
         }
     }
 
@@ -1270,6 +1334,22 @@ impl<DB: Backend> Store<DB> {
     /// the application's `sqlx migrate` history.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         DB::migrate(&self.pool).await
+    }
+}
+
+/// A request's wait for a connection, reported to the store's health if
+/// the request is dropped while waiting.
+struct Abandoned<'a> {
+    health: &'a Health,
+    started: std::time::Instant,
+    armed: bool,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.health.abandoned(self.started.elapsed());
+        }
     }
 }
 
