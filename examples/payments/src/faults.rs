@@ -67,13 +67,16 @@ impl Fault {
     }
 }
 
+/// The longest the backends are terminated, or the database hung.
+const BRIEF: Duration = Duration::from_secs(20);
+
 /// What the scenarios run with.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub faults: Vec<Fault>,
     /// Workers, each charging one order at a time.
     pub workers: usize,
-    /// How long `down`, `terminate` and `hang` last.
+    /// How long `down` lasts; `terminate` and `hang` last as long, up to 20 s.
     pub outage: Duration,
     /// Load before the fault and after the database is back.
     pub settle: Duration,
@@ -239,13 +242,13 @@ impl Cluster {
     /// process it started.
     fn signal(&self, signal: &str, children: bool) -> anyhow::Result<()> {
         let pid = self.postmaster()?;
+        let mut pids = vec![pid.clone()];
         if children {
-            std::process::Command::new("pkill")
-                .args([&format!("-{signal}"), "-P", &pid])
-                .status()?;
+            pids.extend(children_of(&pid));
         }
         let status = std::process::Command::new("kill")
-            .args([&format!("-{signal}"), &pid])
+            .arg(format!("-{signal}"))
+            .args(&pids)
             .status()?;
         anyhow::ensure!(status.success(), "kill -{signal} {pid} failed");
         Ok(())
@@ -262,6 +265,23 @@ impl Cluster {
         .await?;
         Ok(n.len() as u64)
     }
+}
+
+/// The processes whose parent is `pid`, from `/proc`.
+fn children_of(pid: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+            let after = &stat[stat.rfind(')')? + 1..];
+            let ppid = after.split_whitespace().nth(1)?;
+            (ppid == pid).then(|| e.file_name().to_string_lossy().into_owned())
+        })
+        .collect()
 }
 
 impl Drop for Cluster {
@@ -470,11 +490,10 @@ pub fn report(settings: &Settings, outcomes: &[Outcome]) -> String {
     );
     for o in outcomes {
         let name = match o.fault {
-            Some(Fault::Down | Fault::Terminate | Fault::Hang) => format!(
-                "{}, {} s",
-                o.fault.map_or("", Fault::name),
-                settings.outage.as_secs()
-            ),
+            Some(Fault::Down) => format!("down, {} s", settings.outage.as_secs()),
+            Some(f @ (Fault::Terminate | Fault::Hang)) => {
+                format!("{}, {} s", f.name(), settings.outage.min(BRIEF).as_secs())
+            }
             f => f.map_or("", Fault::name).to_owned(),
         };
         out.push_str(&format!(
@@ -792,7 +811,7 @@ async fn charges(
             cluster.up().await?;
         }
         Fault::Terminate => {
-            let until = Instant::now() + settings.outage;
+            let until = Instant::now() + settings.outage.min(BRIEF);
             while Instant::now() < until {
                 cluster.terminate_backends().await?;
                 tokio::time::sleep(Duration::from_secs(2)).await;
@@ -800,7 +819,7 @@ async fn charges(
         }
         Fault::Hang => {
             cluster.signal("STOP", true)?;
-            tokio::time::sleep(settings.outage).await;
+            tokio::time::sleep(settings.outage.min(BRIEF)).await;
             cluster.signal("CONT", true)?;
         }
         Fault::Payouts => unreachable!("payouts run on their own"),
