@@ -113,6 +113,18 @@ mod filters {
         Ok(Safe(super::text::code_span(&value.to_string(), true)))
     }
 
+    /// Markdown text inside a table cell: a `|` would end the cell, a line
+    /// end the row.
+    #[askama::filter_fn]
+    pub fn md_cell(value: impl ToString, _: &dyn Values) -> askama::Result<Safe<String>> {
+        Ok(Safe(
+            value
+                .to_string()
+                .replace(['\r', '\n'], " ")
+                .replace('|', "\\|"),
+        ))
+    }
+
     /// An HTML-escaped path with a line-break opportunity after each `/`,
     /// so a long path wraps between its segments rather than inside one.
     #[askama::filter_fn]

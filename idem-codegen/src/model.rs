@@ -399,6 +399,10 @@ pub struct Operation {
     pub retry: RetryPolicy,
     /// The operation's own `x-admission` (the root's is the router's).
     pub admission: crate::vocab::AdmissionExt,
+    /// `x-pagination`, when the operation says how (or that it does not) page.
+    pub pagination: Option<Located<crate::vocab::PaginationExt>>,
+    /// Dropshot's `x-dropshot-pagination` marks the operation.
+    pub dropshot_paged: bool,
     /// The merged `x-idempotency` blocks, for rules that need positions.
     pub ext: IdempotencyExt,
     pub waivers: Vec<Waiver>,

@@ -217,6 +217,69 @@ pub struct AdmissionExt {
     pub max_in_flight: Option<Located<u32>>,
 }
 
+/// An operation's `x-pagination`: how its list pages, when the generator's
+/// recognition gets it wrong or cannot tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PaginationExt {
+    /// `x-pagination: false`: one page, whatever it looks like.
+    Off,
+    /// A mapping naming the pattern and its fields.
+    On {
+        style: PageStyle,
+        /// The body property holding a page's items; `None`: the body is
+        /// the list.
+        items: Option<String>,
+        /// `cursor`: the body property with the next page's cursor.
+        cursor: Option<String>,
+        /// The query parameter the cursor, the last id or the offset goes in.
+        param: Option<String>,
+        /// `after-last`: the body's "more pages" flag.
+        more: Option<String>,
+        /// `offset`: the page-size query parameter.
+        limit: Option<String>,
+    },
+}
+
+/// The paging patterns `x-pagination.style` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageStyle {
+    /// A cursor in the body, fed to a query parameter.
+    Cursor,
+    /// Stripe: while `more` is true, the next page starts after the last
+    /// item's `id`.
+    AfterLast,
+    /// RFC 8288 `Link: <…>; rel="next"`.
+    Link,
+    /// An offset advanced by each page's item count.
+    Offset,
+}
+
+impl PageStyle {
+    const ALL: [PageStyle; 4] = [
+        PageStyle::Cursor,
+        PageStyle::AfterLast,
+        PageStyle::Link,
+        PageStyle::Offset,
+    ];
+
+    fn parse(text: &str) -> Option<PageStyle> {
+        PageStyle::ALL.into_iter().find(|s| s.to_string() == text)
+    }
+}
+
+impl std::fmt::Display for PageStyle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PageStyle::Cursor => "cursor",
+            PageStyle::AfterLast => "after-last",
+            PageStyle::Link => "link",
+            PageStyle::Offset => "offset",
+        })
+    }
+}
+
+const PAGINATION_FIELDS: &[&str] = &["style", "items", "cursor", "param", "more", "limit"];
+
 /// Where a block of vocabulary may appear; some fields belong to one level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
@@ -382,6 +445,81 @@ impl Reader<'_> {
             }
         }
         ext
+    }
+
+    /// Read an operation's `x-pagination`: `false`, or a mapping with a
+    /// `style` and the fields that style needs.
+    pub fn pagination(&mut self, node: &Node) -> Option<Located<PaginationExt>> {
+        if node.as_bool() == Some(false) {
+            return Some(Located {
+                value: PaginationExt::Off,
+                pos: node.pos,
+            });
+        }
+        if node.as_map().is_none() {
+            self.error(
+                node.pos,
+                format!(
+                    "`x-pagination` must be `false` or a mapping, found {}",
+                    node.kind()
+                ),
+                Some("e.g. `x-pagination: { style: cursor, items: data, cursor: next_cursor, param: cursor }`".into()),
+            );
+            return None;
+        }
+        let (mut style, mut items, mut cursor, mut param, mut more, mut limit) =
+            (None, None, None, None, None, None);
+        for (key, value) in self.fields(node, "x-pagination", PAGINATION_FIELDS, Level::Operation) {
+            let field = key.name.as_str();
+            let text = || self_text(value);
+            match field {
+                "style" => style = self.keyword(value, field, PageStyle::parse, &PageStyle::ALL),
+                "items" => items = text(),
+                "cursor" => cursor = text(),
+                "param" => param = text(),
+                "more" => more = text(),
+                "limit" => limit = text(),
+                _ => {}
+            }
+        }
+        let Some(style) = style else {
+            self.error(
+                node.pos,
+                "`x-pagination` names no `style`".into(),
+                Some("one of cursor, after-last, link, offset".into()),
+            );
+            return None;
+        };
+        let needs: &[(&str, bool)] = match style.value {
+            PageStyle::Cursor => &[("cursor", cursor.is_some()), ("param", param.is_some())],
+            PageStyle::AfterLast => &[("param", param.is_some())],
+            PageStyle::Offset => &[("param", param.is_some())],
+            PageStyle::Link => &[],
+        };
+        for (field, given) in needs {
+            if !given {
+                self.error(
+                    node.pos,
+                    format!(
+                        "`x-pagination` with `style: {}` needs `{field}`",
+                        style.value
+                    ),
+                    None,
+                );
+                return None;
+            }
+        }
+        Some(Located {
+            value: PaginationExt::On {
+                style: style.value,
+                items,
+                cursor,
+                param,
+                more,
+                limit,
+            },
+            pos: node.pos,
+        })
     }
 
     /// Read an `x-admission` block.
@@ -762,6 +900,14 @@ pub fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
         .filter(|(score, _)| *score > 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, c)| c)
+}
+
+/// A field's text, when it is a non-empty string.
+fn self_text(node: &Node) -> Option<String> {
+    node.as_str()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
 }
 
 #[cfg(test)]

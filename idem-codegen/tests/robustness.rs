@@ -264,7 +264,10 @@ fn vocabulary_mistakes_are_findings_not_crashes() {
         "vocab.yaml",
         &format!(
             "{HEAD}x-idempotency:\n  replay-windw: 7d\n  lock-timeout: 60\n  scope: [account]\n  allow: {{ no-such-rule: x, missing-retry-after: '' }}\n\
-             x-retry: 3\nx-admission: {{ max-in-flite: 10 }}\npaths:\n  /a:\n    get:\n      x-admission: {{ max-in-flight: 0 }}\n      responses: {{ '200': {{ description: ok }} }}\n"
+             x-retry: 3\nx-admission: {{ max-in-flite: 10 }}\npaths:\n  /a:\n    get:\n      x-admission: {{ max-in-flight: 0 }}\n      responses: {{ '200': {{ description: ok }} }}\n\
+             \x20 /b:\n    get:\n      x-pagination: {{ style: curser, param: cursor }}\n      responses: {{ '200': {{ description: ok }} }}\n\
+             \x20 /c:\n    get:\n      x-pagination: {{ style: cursor, param: cursor }}\n      responses: {{ '200': {{ description: ok }} }}\n\
+             \x20 /d:\n    get:\n      x-pagination: yes\n      responses: {{ '200': {{ description: ok }} }}\n"
         ),
     );
     let o = audit(&spec);
@@ -281,6 +284,9 @@ fn vocabulary_mistakes_are_findings_not_crashes() {
         "unknown field `max-in-flite` in `x-admission`",
         "did you mean `max-in-flight`?",
         "`max-in-flight`",
+        "`style: curser` is not one of cursor, after-last, link, offset",
+        "`x-pagination` with `style: cursor` needs `cursor`",
+        "`x-pagination` must be `false` or a mapping",
     ] {
         assert!(
             o.stdout.contains(expected),

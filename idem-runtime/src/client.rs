@@ -54,6 +54,8 @@ mod engine;
 mod error;
 mod key;
 mod policy;
+pub mod sse;
+mod streams;
 pub mod support;
 
 pub use backoff::Backoff;
@@ -69,3 +71,7 @@ pub use engine::{Attempt, RetryClient, RetryClientBuilder, RetryMetrics};
 pub use error::{AttemptError, GiveUp, RetryError};
 pub use key::{IdempotencyKey, InvalidKey};
 pub use policy::{DEADLINE_HEADER, DEFAULT_KEY_HEADER, RetryPolicy};
+pub use streams::{
+    ByteStream, EventError, EventStream, Events, Items, NextPage, PageError, PageSpec, Paged,
+    Pages, Resume,
+};

@@ -20,6 +20,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("hostile-names.yaml", "hostile", true),
         // `in-flight: accepted`: the server mounts the key status resource.
         ("docs-hostile.yaml", "docs_hostile", true),
+        // Lists that page in each common way, server-sent events, a download.
+        ("streams.yaml", "streams", false),
     ] {
         Config::new()
             .server(true)

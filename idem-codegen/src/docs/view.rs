@@ -244,6 +244,10 @@ pub struct DocsView {
     pub store_wait: String,
     /// Operations with an admission limit of their own: endpoint and limit.
     pub admission: Vec<(Endpoint, u32)>,
+    /// List operations that page, and how the next page is asked for.
+    pub paged: Vec<(Endpoint, String)>,
+    /// Operations whose answer can stream as server-sent events.
+    pub streamed: Vec<Endpoint>,
     pub retry: RetryView,
     /// Keyed operations with phases.
     pub resumed: Vec<Resumed>,
@@ -268,8 +272,14 @@ impl DocsView {
         let mut safe = Vec::new();
         let mut timeouts = Vec::new();
         let mut admission = Vec::new();
+        let (mut paged, mut streamed) = (Vec::new(), Vec::new());
         for (op, anchor) in ops.iter().zip(anchors) {
             let endpoint = endpoint(op, anchor, &root, &root_retry);
+            if crate::generate::streams_events(op) {
+                streamed.push(endpoint.clone());
+            } else if let Ok(Some(paging)) = crate::generate::paging(model, op) {
+                paged.push((endpoint.clone(), paging.describe()));
+            }
             if endpoint.p99.is_some() {
                 timeouts.push(endpoint.clone());
             }
@@ -354,6 +364,8 @@ impl DocsView {
                     m.value as usize
                 }),
             admission,
+            paged,
+            streamed,
             store_wait: text::duration_words(root.store_wait),
             retry: retry_view(&root_retry),
             resumed: keyed_ops

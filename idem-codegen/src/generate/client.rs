@@ -13,6 +13,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 mod groups;
+pub(crate) mod paging;
 
 use groups::{groups, member_names};
 
@@ -575,21 +576,77 @@ fn operation(
             "\n\nThe body is optional: send one with `.body(&{ty})` on the returned call."
         ));
     }
-    let method_doc = doc_attrs(&method_doc);
     let deprecated = op.deprecated.then(|| quote!(#[deprecated]));
     let ok_tokens = space.tokens(&ok_ty);
     let err_tokens =
         err_ty.map_or_else(|| quote!(::std::convert::Infallible), |t| space.tokens(&t));
-    let (call_ty, start) = match &optional_body {
+    let (body_ty, start) = match &optional_body {
         None => (
-            quote!(::idem_runtime::client::support::Call<'a, #ok_tokens, #err_tokens>),
+            None,
             quote!(self.client.inner.call(&#konst, request, #decoder)),
         ),
         Some((ty, setter)) => (
-            quote!(::idem_runtime::client::support::Call<'a, #ok_tokens, #err_tokens, #ty>),
+            Some(ty.clone()),
             quote!(self.client.inner.call_with_body(&#konst, request, #decoder, #setter)),
         ),
     };
+    // What the call can do besides `.send()`: stream events, or page.
+    let events = event_type(space, op, &camel);
+    let paging = match events {
+        Some(_) => None,
+        None => paging::recognise(model, op).ok().flatten(),
+    };
+    let (mode, start) = if let Some(event) = &events {
+        let event = space.tokens(event);
+        method_doc.push_str(
+            "\n\nThe answer can stream: `.stream().await` returns its server-sent events \
+             one at a time, typed; `.send()` reads the JSON answer.",
+        );
+        (
+            Some(quote!(::idem_runtime::client::Events<#event>)),
+            quote!(#start.events::<#event>()),
+        )
+    } else if let Some(paging) = &paging {
+        let item = space.ty(&paging.item, &format!("{camel}Item"));
+        let item = space.tokens(&item);
+        let pages = naming::prefixed(
+            "PAGES",
+            &helper.trim_start_matches("r#").to_ascii_uppercase(),
+        );
+        let spec = paging.spec();
+        let spec_doc = format!(
+            " How `{} {}` pages: {}.",
+            op.method,
+            op.path,
+            paging.describe()
+        );
+        items.push(quote! {
+            #[doc = #spec_doc]
+            const #pages: ::idem_runtime::client::PageSpec = #spec;
+        });
+        method_doc.push_str(&format!(
+            "\n\nThe list pages: `.paginate()` yields every item, fetching each page when \
+             it is needed, and `.pages()` every page ({}).",
+            paging.describe()
+        ));
+        (
+            Some(quote!(::idem_runtime::client::Paged<#item>)),
+            quote!(#start.paged::<#item>(&#pages)),
+        )
+    } else {
+        (None, start)
+    };
+    let call_ty = match (body_ty, mode) {
+        (None, None) => quote!(::idem_runtime::client::support::Call<'a, #ok_tokens, #err_tokens>),
+        (Some(ty), None) => {
+            quote!(::idem_runtime::client::support::Call<'a, #ok_tokens, #err_tokens, #ty>)
+        }
+        (body, Some(mode)) => {
+            let body = body.unwrap_or_else(|| quote!(::idem_runtime::client::support::NoBody));
+            quote!(::idem_runtime::client::support::Call<'a, #ok_tokens, #err_tokens, #body, #mode>)
+        }
+    };
+    let method_doc = doc_attrs(&method_doc);
     let method_tokens = quote! {
         #method_doc
         #deprecated
@@ -619,6 +676,20 @@ fn operation(
         }
     });
     (quote!(#(#items)*), method_tokens)
+}
+
+/// The event type of an operation whose success answer declares
+/// `text/event-stream` with a schema.
+fn event_type(space: &mut TypeSpace<'_>, op: &Operation, camel: &str) -> Option<Ty> {
+    let schema = op
+        .responses
+        .iter()
+        .filter(|r| r.status.starts_with('2'))
+        .flat_map(|r| r.media.iter())
+        .find(|m| m.media_type.eq_ignore_ascii_case("text/event-stream"))?
+        .schema
+        .as_ref()?;
+    Some(space.ty(schema, &format!("{camel}Event")))
 }
 
 /// Whether a path argument of this type is taken by value.

@@ -273,6 +273,9 @@ impl<'d> Builder<'d, '_> {
             .get("x-admission")
             .map(|n| self.reader.admission(n, Level::Operation))
             .unwrap_or_default();
+        let pagination = op
+            .get("x-pagination")
+            .and_then(|n| self.reader.pagination(n));
         if let Some(alias) = op.get("x-speakeasy-retries") {
             own_retry = merge_retry(&speakeasy(alias), own_retry);
         }
@@ -360,6 +363,8 @@ impl<'d> Builder<'d, '_> {
             settings,
             retry: retry_policy(&retry_ext),
             admission,
+            pagination,
+            dropshot_paged: op.get("x-dropshot-pagination").is_some(),
             waivers: ext.allow.clone(),
             ext,
             prose,

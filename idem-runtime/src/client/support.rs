@@ -245,6 +245,7 @@ impl ApiClient {
             key: None,
             decode,
             set_body,
+            mode: Single,
         }
     }
 }
@@ -783,16 +784,22 @@ impl<E: fmt::Debug> std::error::Error for ApiError<E> {
 
 /// One logical call, ready to send.
 #[must_use = "a call does nothing until `.send()` is awaited"]
-pub struct Call<'a, T, E, B: ?Sized = NoBody> {
+pub struct Call<'a, T, E, B: ?Sized = NoBody, M = Single> {
     client: &'a ApiClient,
     spec: &'static OperationSpec,
     request: Request,
     key: Option<IdempotencyKey>,
     decode: Decoder<T, E>,
     set_body: Option<fn(&mut Request, &B)>,
+    /// What the call can do besides `.send()`: pages, events.
+    mode: M,
 }
 
-impl<T, E, B: ?Sized> fmt::Debug for Call<'_, T, E, B> {
+/// The mode of a call answered once: `.send()`, `.send_streaming()`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Single;
+
+impl<T, E, B: ?Sized, M> fmt::Debug for Call<'_, T, E, B, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Call")
             .field("operation", &self.spec.operation.name)
@@ -802,7 +809,7 @@ impl<T, E, B: ?Sized> fmt::Debug for Call<'_, T, E, B> {
     }
 }
 
-impl<T, E, B: ?Sized> Call<'_, T, E, B> {
+impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
     /// Sends `body` with the call: the operation's body is optional, so the
     /// call sends none unless given one here.
     pub fn body(mut self, body: &B) -> Self {
@@ -831,6 +838,55 @@ impl<T, E, B: ?Sized> Call<'_, T, E, B> {
     /// allow, the key minted once (unless given) and sent on every attempt,
     /// the body read inside the deadline.
     pub async fn send(self) -> Result<T, ApiError<E>> {
+        let ready = self.ready()?;
+        let response = ready.execute(false).await?;
+        ready.decode(response).await
+    }
+
+    pub(crate) fn with_mode<N>(self, mode: N) -> Call<'a, T, E, B, N> {
+        let Call {
+            client,
+            spec,
+            request,
+            key,
+            decode,
+            set_body,
+            mode: _,
+        } = self;
+        Call {
+            client,
+            spec,
+            request,
+            key,
+            decode,
+            set_body,
+            mode,
+        }
+    }
+
+    pub(crate) fn mode(&self) -> &M {
+        &self.mode
+    }
+
+    pub(crate) fn mode_mut(&mut self) -> &mut M {
+        &mut self.mode
+    }
+
+    pub(crate) fn spec(&self) -> &'static OperationSpec {
+        self.spec
+    }
+
+    pub(crate) fn client(&self) -> &'a ApiClient {
+        self.client
+    }
+
+    /// Everything the attempts share, worked out once: credentials, the
+    /// key, the URL, the encoded body.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the error every generated call returns, built on the error path only"
+    )]
+    pub(crate) fn ready(self) -> Result<Ready<'a, T, E>, ApiError<E>> {
         let Call {
             client,
             spec,
@@ -838,6 +894,7 @@ impl<T, E, B: ?Sized> Call<'_, T, E, B> {
             key,
             decode,
             set_body: _,
+            mode: _,
         } = self;
         if let Some(violations) = request.invalid.take() {
             return Err(ApiError::Invalid(violations));
@@ -910,66 +967,144 @@ impl<T, E, B: ?Sized> Call<'_, T, E, B> {
         {
             request.headers.insert(http::header::COOKIE, value);
         }
-        let retry = if spec.retry.is_none() {
-            client.retry.clone()
+        let multipart = match &request.body {
+            Some(Body::Multipart(parts)) => Some(parts.clone()),
+            _ => None,
+        };
+        Ok(Ready {
+            client,
+            spec,
+            method: request.method,
+            url,
+            headers: request.headers,
+            key,
+            header_key,
+            content_type,
+            bytes,
+            multipart,
+            decode,
+        })
+    }
+}
+
+/// A call worked out and ready for its attempts; pages and reconnects send
+/// it again with another URL.
+pub(crate) struct Ready<'a, T, E> {
+    client: &'a ApiClient,
+    spec: &'static OperationSpec,
+    method: Method,
+    pub(crate) url: reqwest::Url,
+    pub(crate) headers: HeaderMap,
+    pub(crate) key: Option<IdempotencyKey>,
+    header_key: Option<IdempotencyKey>,
+    content_type: Option<String>,
+    bytes: Option<Bytes>,
+    multipart: Option<Multipart>,
+    decode: Decoder<T, E>,
+}
+
+impl<T, E> Ready<'_, T, E> {
+    /// One logical call through the retry engine. With `stream`, the
+    /// engine accepts the response on its head and the body is left to be
+    /// read as it comes.
+    pub(crate) async fn execute(&self, stream: bool) -> Result<reqwest::Response, ApiError<E>> {
+        let client = self.client;
+        let spec = self.spec;
+        let mut policy = if spec.retry.is_none() {
+            None
         } else {
-            client
-                .retry
-                .with_policy(spec.retry.apply(client.retry.policy()))
+            Some(spec.retry.apply(client.retry.policy()))
+        };
+        if stream {
+            policy = Some(
+                policy
+                    .unwrap_or_else(|| client.retry.policy().clone())
+                    .stream_body(true),
+            );
+        }
+        let retry = match policy {
+            None => client.retry.clone(),
+            Some(policy) => client.retry.with_policy(policy),
         };
         let key_header = match spec.key {
             KeyLocation::Header(name) => HeaderName::from_bytes(name.as_bytes()).ok(),
             _ => None,
         };
-        let multipart = match &request.body {
-            Some(Body::Multipart(parts)) => Some(parts.clone()),
-            _ => None,
-        };
-        let method = request.method.clone();
-        let headers = request.headers;
+        let url = &self.url;
         let host = url
             .host_str()
             .map(|h| format!("{h}:{}", url.port_or_known_default().unwrap_or(0)));
         let http = retry.http().clone();
         let engine_key_header = retry.policy().key_header.clone();
-        let result = retry
-            .execute_with(&spec.operation, key.clone(), host.as_deref(), |attempt| {
-                let mut builder = http
-                    .request(method.clone(), url.clone())
-                    .headers(headers.clone());
-                for (name, value) in attempt.headers() {
-                    // The key goes where the operation declares it (its own
-                    // header name, or the body), not under the default name.
-                    if *name == engine_key_header {
-                        continue;
+        retry
+            .execute_with(
+                &spec.operation,
+                self.key.clone(),
+                host.as_deref(),
+                |attempt| {
+                    let mut builder = http
+                        .request(self.method.clone(), url.clone())
+                        .headers(self.headers.clone());
+                    for (name, value) in attempt.headers() {
+                        // The key goes where the operation declares it (its
+                        // own header name, or the body), not under the
+                        // default name.
+                        if *name == engine_key_header {
+                            continue;
+                        }
+                        builder = builder.header(name, value);
                     }
-                    builder = builder.header(name, value);
-                }
-                if let (Some(name), Some(key)) = (&key_header, &header_key) {
-                    builder = builder.header(name.clone(), key.header_value());
-                }
-                if let Some(ct) = &content_type {
-                    builder = builder.header(http::header::CONTENT_TYPE, ct.as_str());
-                }
-                if let Some(bytes) = &bytes {
-                    builder = builder.body(bytes.clone());
-                }
-                if let Some(parts) = &multipart {
-                    builder = builder.multipart(parts.form());
-                }
-                builder.send()
-            })
-            .await;
-        let response = result.map_err(ApiError::Retry)?;
-        let status = response.status();
-        let response_headers = response.headers().clone();
-        // The retry engine has already read the body inside the deadline.
-        let body = response.bytes().await.unwrap_or_default();
-        decode(&Raw {
-            status,
-            headers: response_headers,
-            body,
-        })
+                    if let (Some(name), Some(key)) = (&key_header, &self.header_key) {
+                        builder = builder.header(name.clone(), key.header_value());
+                    }
+                    if let Some(ct) = &self.content_type {
+                        builder = builder.header(http::header::CONTENT_TYPE, ct.as_str());
+                    }
+                    if let Some(bytes) = &self.bytes {
+                        builder = builder.body(bytes.clone());
+                    }
+                    if let Some(parts) = &self.multipart {
+                        builder = builder.multipart(parts.form());
+                    }
+                    builder.send()
+                },
+            )
+            .await
+            .map_err(ApiError::Retry)
+    }
+
+    /// The HTTP client the attempts go through.
+    pub(crate) fn http(&self) -> reqwest::Client {
+        self.client.retry.http().clone()
+    }
+
+    /// Reads the rest of `response` and types it.
+    pub(crate) async fn decode(&self, response: reqwest::Response) -> Result<T, ApiError<E>> {
+        let raw = read_raw(response).await;
+        (self.decode)(&raw)
+    }
+
+    /// Types an answer already read.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the error every generated call returns, built on the error path only"
+    )]
+    pub(crate) fn decode_raw(&self, raw: &Raw) -> Result<T, ApiError<E>> {
+        (self.decode)(raw)
+    }
+}
+
+/// The whole of `response`, read.
+pub(crate) async fn read_raw(response: reqwest::Response) -> Raw {
+    let status = response.status();
+    let headers = response.headers().clone();
+    // Without streaming the retry engine has already read the body inside
+    // the deadline.
+    let body = response.bytes().await.unwrap_or_default();
+    Raw {
+        status,
+        headers,
+        body,
     }
 }
 

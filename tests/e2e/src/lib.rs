@@ -33,6 +33,12 @@ pub mod hostile {
     idem_runtime::include_api!("hostile");
 }
 
+/// `fixtures/streams.yaml`: lists that page (Stripe, cursor, `Link`,
+/// dropshot, `x-pagination`), a streamed completion, a download.
+pub mod streams {
+    idem_runtime::include_api!("streams");
+}
+
 /// `fixtures/docs-hostile.yaml`: hostile text, and `in-flight: accepted`.
 pub mod docs_hostile {
     idem_runtime::include_api!("docs_hostile");

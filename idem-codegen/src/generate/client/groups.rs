@@ -89,11 +89,50 @@ fn is_version(segment: &str) -> bool {
 /// The method name of each operation of `group`, in order; unique within
 /// the group.
 pub(super) fn member_names(group: &Group<'_>) -> Vec<String> {
-    let short: Vec<Option<String>> = group.ops.iter().map(|op| short_name(op, group)).collect();
-    let mut count: BTreeMap<&str, usize> = BTreeMap::new();
-    for name in short.iter().flatten() {
-        *count.entry(name.as_str()).or_default() += 1;
-    }
+    let choices: Vec<Vec<String>> = group.ops.iter().map(|op| short_names(op, group)).collect();
+    let tally = |names: &[Option<String>]| {
+        let mut count: BTreeMap<String, usize> = BTreeMap::new();
+        for name in names.iter().flatten() {
+            *count.entry(name.clone()).or_default() += 1;
+        }
+        count
+    };
+    // First choices; one that collides falls back to its second, when that
+    // is free.
+    // A parent's name that tells siblings apart stays: beside
+    // `list_organization` (`GET /organization/certificates`), `list_project`
+    // (`GET /organization/projects/{id}/certificates`) says which list.
+    let qualifiers: Vec<String> = group
+        .ops
+        .iter()
+        .zip(&choices)
+        .filter(|(_, c)| c.len() == 1)
+        .filter_map(|(op, c)| qualifier(&c[0], op))
+        .collect();
+    let choices: Vec<Vec<String>> = choices
+        .into_iter()
+        .map(|c| match c.as_slice() {
+            [_, stripped] if qualifiers.iter().any(|q| verb(q) == verb(stripped)) => {
+                vec![stripped.clone()]
+            }
+            _ => c,
+        })
+        .collect();
+    let first: Vec<Option<String>> = choices.iter().map(|c| c.first().cloned()).collect();
+    let count = tally(&first);
+    let short: Vec<Option<String>> = choices
+        .iter()
+        .zip(&first)
+        .map(|(c, name)| match (name, c.get(1)) {
+            (Some(name), Some(second))
+                if count.get(name) != Some(&1) && !count.contains_key(second) =>
+            {
+                Some(second.clone())
+            }
+            (name, _) => name.clone(),
+        })
+        .collect();
+    let count = tally(&short);
     let mut namer = Namer::default();
     group
         .ops
@@ -101,7 +140,7 @@ pub(super) fn member_names(group: &Group<'_>) -> Vec<String> {
         .zip(&short)
         .map(|(op, name)| {
             let name = match name {
-                Some(name) if count.get(name.as_str()) == Some(&1) => name.clone(),
+                Some(name) if count.get(name) == Some(&1) => name.clone(),
                 _ => naming::snake(&op.name, "call"),
             };
             // `new` is a constructor by convention (and clippy's): an
@@ -116,19 +155,30 @@ pub(super) fn member_names(group: &Group<'_>) -> Vec<String> {
         .collect()
 }
 
-/// The name inside the group, when a shorter one than the operationId's
-/// says as much; `None` keeps the full name.
-fn short_name(op: &Operation, group: &Group<'_>) -> Option<String> {
+/// The names inside the group, best first, when shorter ones than the
+/// operationId's say as much; none keeps the full name.
+fn short_names(op: &Operation, group: &Group<'_>) -> Vec<String> {
     let words = word_list(&op.name);
     let method = op.method.as_str().to_ascii_lowercase();
-    let name = if words.first() == Some(&method) && words[1..] == path_words(&op.path)[..] {
-        from_path(op, &group.key)?
+    let names = if words.first() == Some(&method) && words[1..] == path_words(&op.path)[..] {
+        from_path(op, &group.key).into_iter().collect()
     } else {
-        without_group(&words, &group.key)?
+        match without_group(&words, &group.key) {
+            None => Vec::new(),
+            // What names another resource gives way to the path's shape,
+            // unless that name is taken.
+            Some(stripped) if misleads(&stripped, op, &group.key) => from_path(op, &group.key)
+                .into_iter()
+                .chain([stripped])
+                .collect(),
+            Some(stripped) => vec![stripped],
+        }
     };
     // A keyword would need `r#`; the full name reads better.
-    let checked = naming::snake(&name, "call");
-    (checked == name).then_some(name)
+    names
+        .into_iter()
+        .filter(|name| naming::snake(name, "call") == *name)
+        .collect()
 }
 
 fn word_list(raw: &str) -> Vec<String> {
@@ -162,15 +212,102 @@ fn without_group(words: &[String], key: &str) -> Option<String> {
     }
     for needle in [&group, &singular] {
         if let Some(at) = words.windows(needle.len()).position(|w| w == &needle[..]) {
-            let rest: Vec<&str> = words[..at]
-                .iter()
-                .chain(&words[at + needle.len()..])
-                .map(String::as_str)
-                .collect();
+            let (head, tail) = (&words[..at], &words[at + needle.len()..]);
+            // Taken from the middle, the group's words leave what only
+            // made sense around them: `download_file_by_id` on `files` is
+            // `download`, `get_details_of_file_by_id` is `get_details`.
+            let (head, tail) =
+                if !head.is_empty() && tail.first().is_some_and(|w| is_preposition(w)) {
+                    (trim_prepositions(head), &tail[..0])
+                } else {
+                    (head, tail)
+                };
+            let rest: Vec<&str> = head.iter().chain(tail).map(String::as_str).collect();
             return (!rest.is_empty()).then(|| rest.join("_"));
         }
     }
     None
+}
+
+fn verb(name: &str) -> &str {
+    name.split('_').next().unwrap_or(name)
+}
+
+/// `name` when it is a verb and one word that is a literal of the path
+/// (`list_organization` for `GET /organization/certificates`).
+fn qualifier(name: &str, op: &Operation) -> Option<String> {
+    let words: Vec<&str> = name.split('_').collect();
+    let [_, noun] = words.as_slice() else {
+        return None;
+    };
+    path_words(&op.path)
+        .iter()
+        .any(|w| w == noun || singularize(w) == *noun)
+        .then(|| name.to_owned())
+}
+
+fn is_preposition(word: &str) -> bool {
+    matches!(word, "of" | "by" | "for" | "with" | "from" | "in" | "to")
+}
+
+/// `words` without the prepositions they end in.
+fn trim_prepositions(words: &[String]) -> &[String] {
+    let keep = words
+        .iter()
+        .rposition(|w| !is_preposition(w))
+        .map_or(0, |i| i + 1);
+    &words[..keep]
+}
+
+/// Whether what is left of an operationId names another resource than the
+/// operation's own: `get_vault` for `GET /vaults/{v}/items` on `items`
+/// lists items, `get_server` for `GET /health` reads the health.
+fn misleads(name: &str, op: &Operation, key: &str) -> bool {
+    let words: Vec<&str> = name.split('_').collect();
+    let Some((_verb, nouns)) = words.split_first() else {
+        return false;
+    };
+    // The resources the group's own is nested in: the collections before
+    // the group's segment that an identifier follows (`vaults` in
+    // `/vaults/{v}/items`, not `memberships` in `/memberships/orgs/{org}`).
+    let segments: Vec<&str> = op
+        .path
+        .split('/')
+        .filter(|s| !s.is_empty() && !is_version(s))
+        .collect();
+    let snake = |s: &str| naming::snake(s, "").trim_start_matches("r#").to_owned();
+    let Some(at) = segments
+        .iter()
+        .position(|s| !is_template(s) && snake(s) == key)
+    else {
+        return stray(&words, op, key);
+    };
+    let others: Vec<String> = segments[..at]
+        .windows(2)
+        .filter(|w| !is_template(w[0]) && is_template(w[1]))
+        .map(|w| snake(w[0]))
+        .collect();
+    // The nouns after a preposition are a scope (`list_for_authenticated_user`),
+    // not what the operation acts on.
+    let names_another = nouns.iter().enumerate().any(|(i, w)| {
+        let scoped = nouns[..i].iter().any(|n| is_preposition(n));
+        !scoped
+            && others
+                .iter()
+                .any(|o| *w == o.as_str() || *w == singularize(o).as_str())
+    });
+    names_another || stray(&words, op, key)
+}
+
+/// `get_X` on a group that is one thing (`health`), where `X` is not in the
+/// path: what is read is the group's thing, not `X`.
+fn stray(words: &[&str], op: &Operation, key: &str) -> bool {
+    words.len() == 2
+        && words[0] == "get"
+        && singularize(key) == key
+        && !path_words(&op.path)
+            .iter()
+            .any(|w| w == words[1] || singularize(w) == words[1])
 }
 
 fn singularize(word: &str) -> String {
@@ -209,7 +346,8 @@ fn from_path(op: &Operation, key: &str) -> Option<String> {
             (false, "PATCH") => "update",
             (false, "DELETE") => "delete_all",
             (true, "GET") => "retrieve",
-            (true, "POST" | "PUT" | "PATCH") => "update",
+            (true, "POST" | "PATCH") => "update",
+            (true, "PUT") => "replace",
             (true, "DELETE") => "delete",
             _ => return None,
         };
@@ -276,6 +414,18 @@ mod tests {
         );
         assert_eq!(without_group(&words("slow"), "slow"), None);
         assert_eq!(without_group(&words("health"), "orders"), None);
+        assert_eq!(
+            without_group(&words("DownloadFileByID"), "files").as_deref(),
+            Some("download")
+        );
+        assert_eq!(
+            without_group(&words("GetDetailsOfFileById"), "files").as_deref(),
+            Some("get_details")
+        );
+        assert_eq!(
+            without_group(&words("instance_view_by_id"), "instances").as_deref(),
+            Some("view_by_id")
+        );
         assert_eq!(singularize("policies"), "policy");
         assert_eq!(singularize("address"), "address");
     }

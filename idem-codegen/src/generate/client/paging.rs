@@ -1,0 +1,304 @@
+//! Which list operations page, and how, read from the spec with no
+//! annotation; `x-pagination` overrides it.
+//!
+//! A `GET` with one JSON success answer whose items are a list is paged
+//! when one of these holds, first match wins:
+//! - dropshot's `x-dropshot-pagination`: `next_page` in the body, fed to
+//!   `page_token`;
+//! - Stripe's list object: a boolean `has_more`, a `starting_after` (or,
+//!   as OpenAI names it, `after`) parameter, and items with an `id`;
+//! - a cursor in the body (`next_page`, `next_cursor`, `next_page_token`,
+//!   `nextPageToken`, `next_token`, `cursor`; a string) and the query
+//!   parameter it feeds (`cursor`, `page_token`, `pageToken`, `next_token`,
+//!   `after`, `page`), as Stripe's search lists do;
+//! - a documented `Link` response header (RFC 8288), followed as given;
+//! - `offset` and `limit` query parameters.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use crate::model::schema::{Kind, Schema};
+use crate::model::{Model, Operation};
+use crate::vocab::{PageStyle, PaginationExt};
+
+/// A recognised paged list.
+#[derive(Debug, Clone)]
+pub(crate) struct Paging {
+    /// A JSON pointer to the items (`/data`); empty: the body is the list.
+    pub items: String,
+    pub next: Next,
+    /// The items' schema.
+    pub item: Schema,
+}
+
+/// How the next page is asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Next {
+    AfterLast {
+        more: String,
+        id: String,
+        param: String,
+    },
+    Cursor {
+        pointer: String,
+        param: String,
+    },
+    Link,
+    Offset {
+        param: String,
+        limit: Option<String>,
+    },
+}
+
+impl Paging {
+    /// The runtime's `PageSpec` for it.
+    pub(crate) fn spec(&self) -> TokenStream {
+        let items = &self.items;
+        let next = match &self.next {
+            Next::AfterLast { more, id, param } => {
+                quote!(::idem_runtime::client::NextPage::AfterLastItem { more: #more, id: #id, param: #param })
+            }
+            Next::Cursor { pointer, param } => {
+                quote!(::idem_runtime::client::NextPage::Cursor { pointer: #pointer, param: #param })
+            }
+            Next::Link => quote!(::idem_runtime::client::NextPage::Link),
+            Next::Offset { param, limit } => {
+                let limit = match limit {
+                    Some(l) => quote!(::std::option::Option::Some(#l)),
+                    None => quote!(::std::option::Option::None),
+                };
+                quote!(::idem_runtime::client::NextPage::Offset { param: #param, limit: #limit })
+            }
+        };
+        quote!(::idem_runtime::client::PageSpec { items: #items, next: #next })
+    }
+
+    /// How it pages, in words, for doc comments and the docs page.
+    pub(crate) fn describe(&self) -> String {
+        match &self.next {
+            Next::AfterLast { more, param, id } => format!(
+                "while `{}` is true, the next page starts after the last item's `{id}` (`{param}`)",
+                more.trim_start_matches('/')
+            ),
+            Next::Cursor { pointer, param } => format!(
+                "the body's `{}` is sent as `{param}` for the next page",
+                pointer.trim_start_matches('/')
+            ),
+            Next::Link => "the `Link` header's `rel=\"next\"` URL is followed".to_owned(),
+            Next::Offset { param, .. } => {
+                format!("`{param}` advances by each page's item count")
+            }
+        }
+    }
+}
+
+/// Why a list that looks paged is not: for reports.
+pub(crate) type NotPaged = String;
+
+/// The operation's paging, `Ok(None)` when it is not a list that pages.
+pub(crate) fn recognise(model: &Model, op: &Operation) -> Result<Option<Paging>, NotPaged> {
+    let over = op.pagination.as_ref().map(|p| &p.value);
+    if over == Some(&PaginationExt::Off) || op.method.as_str() != "GET" {
+        return Ok(None);
+    }
+    let successes: Vec<_> = op
+        .responses
+        .iter()
+        .filter(|r| r.status.starts_with('2'))
+        .collect();
+    let [success] = successes.as_slice() else {
+        return Ok(None);
+    };
+    let Some(schema) = success
+        .media
+        .iter()
+        .find(|m| m.media_type.contains("json"))
+        .and_then(|m| m.schema.as_ref())
+    else {
+        return Ok(None);
+    };
+    let body = model.schemas.resolve(schema);
+    let query: Vec<&str> = op
+        .parameters
+        .iter()
+        .filter(|p| p.location == "query")
+        .map(|p| p.name.as_str())
+        .collect();
+    let has = |name: &str| query.contains(&name);
+    let prop = |name: &str| -> Option<&Schema> {
+        match &body.kind {
+            Kind::Object(o) => o
+                .properties
+                .iter()
+                .find(|p| p.name == name)
+                .map(|p| model.schemas.resolve(&p.schema)),
+            _ => None,
+        }
+    };
+
+    if let Some(PaginationExt::On {
+        style,
+        items,
+        cursor,
+        param,
+        more,
+        limit,
+    }) = over
+    {
+        let (pointer, item) = match items {
+            Some(name) => match prop(name).map(|s| &s.kind) {
+                Some(Kind::Array(item)) => (format!("/{name}"), (**item).clone()),
+                _ => {
+                    return Err(format!(
+                        "`x-pagination.items: {name}` is not a list in the body"
+                    ));
+                }
+            },
+            None => match &body.kind {
+                Kind::Array(item) => (String::new(), (**item).clone()),
+                _ => {
+                    return Err("`x-pagination` names no `items` and the body is not a list".into());
+                }
+            },
+        };
+        let param = param.clone().unwrap_or_default();
+        let next = match style {
+            PageStyle::Cursor => Next::Cursor {
+                pointer: format!("/{}", cursor.clone().unwrap_or_default()),
+                param,
+            },
+            PageStyle::AfterLast => Next::AfterLast {
+                more: format!("/{}", more.clone().unwrap_or_else(|| "has_more".into())),
+                id: "id".into(),
+                param,
+            },
+            PageStyle::Link => Next::Link,
+            PageStyle::Offset => Next::Offset {
+                param,
+                limit: limit.clone(),
+            },
+        };
+        return Ok(Some(Paging {
+            items: pointer,
+            next,
+            item,
+        }));
+    }
+
+    // The items: the body itself, or its one list property (by name first).
+    let (items, item) = match &body.kind {
+        Kind::Array(item) => (String::new(), (**item).clone()),
+        Kind::Object(o) => {
+            let lists: Vec<_> = o
+                .properties
+                .iter()
+                .filter_map(|p| match &model.schemas.resolve(&p.schema).kind {
+                    Kind::Array(item) => Some((p.name.as_str(), item)),
+                    _ => None,
+                })
+                .collect();
+            const NAMES: &[&str] = &["data", "items", "results", "entries", "values", "records"];
+            let named = NAMES
+                .iter()
+                .find_map(|n| lists.iter().find(|(name, _)| name == n));
+            let found = match (named, lists.as_slice()) {
+                (Some(found), _) | (None, [found]) => found,
+                _ => return Ok(None),
+            };
+            (format!("/{}", found.0), (**found.1).clone())
+        }
+        _ => return Ok(None),
+    };
+    let paging = |next| {
+        Ok(Some(Paging {
+            items: items.clone(),
+            next,
+            item: item.clone(),
+        }))
+    };
+    let string = |s: &Schema| matches!(s.kind, Kind::String(_));
+
+    if op.dropshot_paged && prop("next_page").is_some_and(string) && has("page_token") {
+        return paging(Next::Cursor {
+            pointer: "/next_page".into(),
+            param: "page_token".into(),
+        });
+    }
+    let after = ["starting_after", "after"].into_iter().find(|p| has(p));
+    if let Some(param) = after
+        && prop("has_more").is_some_and(|s| matches!(s.kind, Kind::Boolean))
+    {
+        if has_id(model, &item, 0) {
+            return paging(Next::AfterLast {
+                more: "/has_more".into(),
+                id: "id".into(),
+                param: param.into(),
+            });
+        }
+        return Err(format!(
+            "`has_more` and `{param}`, but the items have no `id`"
+        ));
+    }
+    const CURSORS: &[&str] = &[
+        "next_page",
+        "next_cursor",
+        "nextCursor",
+        "next_page_token",
+        "nextPageToken",
+        "next_token",
+        "nextToken",
+        "cursor",
+    ];
+    const PARAMS: &[&str] = &[
+        "cursor",
+        "page_token",
+        "pageToken",
+        "next_token",
+        "nextToken",
+        "after",
+        "page",
+    ];
+    if let Some(field) = CURSORS.iter().find(|f| prop(f).is_some_and(string)) {
+        return match PARAMS.iter().find(|p| has(p)) {
+            Some(param) => paging(Next::Cursor {
+                pointer: format!("/{field}"),
+                param: (*param).into(),
+            }),
+            None => Err(format!(
+                "the body has `{field}` but no query parameter takes it back"
+            )),
+        };
+    }
+    let link = success
+        .header_specs
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("link"));
+    if link {
+        return paging(Next::Link);
+    }
+    if has("offset") && has("limit") {
+        return paging(Next::Offset {
+            param: "offset".into(),
+            limit: Some("limit".into()),
+        });
+    }
+    if prop("has_more").is_some() {
+        return Err("`has_more` without a `starting_after` parameter".into());
+    }
+    Ok(None)
+}
+
+/// Whether every item has an `id` property: an object with one, or a
+/// `oneOf` whose every variant does (Stripe's cards and bank accounts).
+fn has_id(model: &Model, schema: &Schema, depth: usize) -> bool {
+    if depth > 8 {
+        return false;
+    }
+    match &model.schemas.resolve(schema).kind {
+        Kind::Object(o) => o.properties.iter().any(|p| p.name == "id"),
+        Kind::OneOf { variants, .. } | Kind::AllOf(variants) => {
+            !variants.is_empty() && variants.iter().all(|v| has_id(model, v, depth + 1))
+        }
+        _ => false,
+    }
+}
