@@ -595,3 +595,74 @@ async fn a_large_download_is_read_chunk_by_chunk() {
         "chunks as they arrive, not the whole body"
     );
 }
+
+#[tokio::test]
+async fn uploads_come_from_a_file_on_every_attempt_and_from_a_stream_once() {
+    const SIZE: usize = 8 << 20;
+    // Counts the bytes of each upload; the first is refused after it was
+    // read whole, as a server that answers 503 late would.
+    let received = Arc::new(std::sync::Mutex::new(Vec::<usize>::new()));
+    let app = {
+        let received = Arc::clone(&received);
+        axum::Router::new().route(
+            "/upload",
+            post(move |request: Request| {
+                let received = Arc::clone(&received);
+                async move {
+                    let mut body = request.into_body().into_data_stream();
+                    let mut total = 0;
+                    while let Some(chunk) = body.next().await {
+                        total += chunk.unwrap().len();
+                    }
+                    let mut seen = received.lock().unwrap();
+                    seen.push(total);
+                    if seen.len() == 1 {
+                        (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "0")], "later")
+                            .into_response()
+                    } else {
+                        (StatusCode::OK, axum::Json(json!({"bytes": total}))).into_response()
+                    }
+                }
+            }),
+        )
+    };
+    let base = serve(app).await;
+    let api = client(&base);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("upload.bin");
+    std::fs::write(&path, vec![3u8; SIZE]).unwrap();
+    const PUT: OperationSpec = OperationSpec {
+        operation: Operation::new("putObject", RetryClass::Safe),
+        key: KeyLocation::None,
+        security: &[],
+        retry: PolicyOverride::NONE,
+    };
+    let answer = api
+        .call(&PUT, Described::new(reqwest::Method::POST, "/upload".to_owned()), decode)
+        .body_file("application/octet-stream", &path)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer["bytes"], SIZE);
+    assert_eq!(*received.lock().unwrap(), [SIZE, SIZE], "the file was sent whole twice");
+
+    // A stream is read by its one attempt: the 503 is the answer.
+    received.lock().unwrap().clear();
+    let chunks = futures_util::stream::iter(
+        (0..8).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![5u8; 1 << 20]))),
+    );
+    let refused = api
+        .call(&PUT, Described::new(reqwest::Method::POST, "/upload".to_owned()), decode)
+        .body_stream("application/octet-stream", chunks)
+        .send()
+        .await;
+    assert!(refused.is_err());
+    assert_eq!(*received.lock().unwrap(), [SIZE], "one attempt");
+
+    let missing = api
+        .call(&PUT, Described::new(reqwest::Method::POST, "/upload".to_owned()), decode)
+        .body_file("application/octet-stream", dir.path().join("nope.bin"))
+        .send()
+        .await;
+    assert!(matches!(missing, Err(ApiError::Encode(_))));
+}

@@ -289,6 +289,23 @@ enum Body {
         bytes: Bytes,
     },
     Multipart(Multipart),
+    /// A file read as it is sent, opened again on each attempt.
+    File {
+        content_type: String,
+        path: std::path::PathBuf,
+    },
+    /// A stream of bytes, which can be sent once.
+    Stream {
+        content_type: String,
+        body: Arc<std::sync::Mutex<Option<reqwest::Body>>>,
+    },
+}
+
+/// A body read as it is sent rather than held in memory.
+#[derive(Debug, Clone)]
+pub(crate) enum Upload {
+    File(std::path::PathBuf),
+    Stream(Arc<std::sync::Mutex<Option<reqwest::Body>>>),
 }
 
 impl Request {
@@ -400,6 +417,30 @@ impl Request {
         self.body = Some(Body::Raw {
             content_type: content_type.to_owned(),
             bytes: bytes.into(),
+        });
+    }
+
+    /// A body of `content_type` read from the file at `path` as it is
+    /// sent, never whole in memory; each attempt opens the file again.
+    pub fn file(&mut self, content_type: &str, path: impl Into<std::path::PathBuf>) {
+        self.body = Some(Body::File {
+            content_type: content_type.to_owned(),
+            path: path.into(),
+        });
+    }
+
+    /// A body of `content_type` read from `stream` as it is sent. A stream
+    /// can be read once, so the call makes one attempt.
+    pub fn stream<S, X>(&mut self, content_type: &str, stream: S)
+    where
+        S: futures_util::Stream<Item = Result<Bytes, X>> + Send + 'static,
+        X: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.body = Some(Body::Stream {
+            content_type: content_type.to_owned(),
+            body: Arc::new(std::sync::Mutex::new(Some(reqwest::Body::wrap_stream(
+                stream,
+            )))),
         });
     }
 
@@ -828,6 +869,26 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
         self
     }
 
+    /// Sends the file at `path` as the body, read as it goes out (a 2 GB
+    /// upload never sits in memory); every attempt opens it again, so the
+    /// call retries as its class allows.
+    pub fn body_file(mut self, content_type: &str, path: impl Into<std::path::PathBuf>) -> Self {
+        self.request.file(content_type, path);
+        self
+    }
+
+    /// Sends `stream` as the body, read as it goes out. A stream can be
+    /// read once: the call makes one attempt, and a failure carries the key
+    /// to reconcile with.
+    pub fn body_stream<S, X>(mut self, content_type: &str, stream: S) -> Self
+    where
+        S: futures_util::Stream<Item = Result<Bytes, X>> + Send + 'static,
+        X: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.request.stream(content_type, stream);
+        self
+    }
+
     /// Adds a header the spec does not describe (tracing, a beta flag).
     pub fn header(mut self, name: &'static str, value: &str) -> Self {
         self.request.header(name, value);
@@ -952,7 +1013,23 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
                 content_type,
                 bytes,
             }) => (Some(content_type.clone()), Some(bytes.clone())),
+            Some(Body::File { content_type, .. } | Body::Stream { content_type, .. }) => {
+                (Some(content_type.clone()), None)
+            }
             Some(Body::Multipart(_)) | None => (None, None),
+        };
+        let upload = match &request.body {
+            Some(Body::File { path, .. }) => {
+                if let Err(e) = std::fs::metadata(path) {
+                    return Err(ApiError::Encode(format!(
+                        "the body file {}: {e}",
+                        path.display()
+                    )));
+                }
+                Some(Upload::File(path.clone()))
+            }
+            Some(Body::Stream { body, .. }) => Some(Upload::Stream(Arc::clone(body))),
+            _ => None,
         };
         let mut url = match reqwest::Url::parse(&format!("{}{}", client.base, request.path)) {
             Ok(url) => url,
@@ -982,6 +1059,7 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
             content_type,
             bytes,
             multipart,
+            upload,
             decode,
         })
     }
@@ -1000,6 +1078,7 @@ pub(crate) struct Ready<'a, T, E> {
     content_type: Option<String>,
     bytes: Option<Bytes>,
     multipart: Option<Multipart>,
+    upload: Option<Upload>,
     decode: Decoder<T, E>,
 }
 
@@ -1015,6 +1094,14 @@ impl<T, E> Ready<'_, T, E> {
         } else {
             Some(spec.retry.apply(client.retry.policy()))
         };
+        if matches!(self.upload, Some(Upload::Stream(_))) {
+            // A stream is read by its one attempt.
+            policy = Some(
+                policy
+                    .unwrap_or_else(|| client.retry.policy().clone())
+                    .max_attempts(1),
+            );
+        }
         if stream {
             policy = Some(
                 policy
@@ -1065,6 +1152,29 @@ impl<T, E> Ready<'_, T, E> {
                     }
                     if let Some(parts) = &self.multipart {
                         builder = builder.multipart(parts.form());
+                    }
+                    match &self.upload {
+                        Some(Upload::File(path)) => {
+                            // Opened again for each attempt; a file gone
+                            // since is this attempt's transport error.
+                            let body = match std::fs::File::open(path) {
+                                Ok(file) => reqwest::Body::from(tokio::fs::File::from_std(file)),
+                                Err(e) => reqwest::Body::wrap_stream(futures_util::stream::once(
+                                    async move { Err::<Bytes, _>(e) },
+                                )),
+                            };
+                            builder = builder.body(body);
+                        }
+                        Some(Upload::Stream(cell)) => {
+                            let taken = cell
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .take();
+                            if let Some(body) = taken {
+                                builder = builder.body(body);
+                            }
+                        }
+                        None => {}
                     }
                     builder.send()
                 },
