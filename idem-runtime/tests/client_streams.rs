@@ -617,7 +617,11 @@ async fn uploads_come_from_a_file_on_every_attempt_and_from_a_stream_once() {
                     let mut seen = received.lock().unwrap();
                     seen.push(total);
                     if seen.len() == 1 {
-                        (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "0")], "later")
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            [(header::RETRY_AFTER, "0")],
+                            "later",
+                        )
                             .into_response()
                     } else {
                         (StatusCode::OK, axum::Json(json!({"bytes": total}))).into_response()
@@ -638,13 +642,21 @@ async fn uploads_come_from_a_file_on_every_attempt_and_from_a_stream_once() {
         retry: PolicyOverride::NONE,
     };
     let answer = api
-        .call(&PUT, Described::new(reqwest::Method::POST, "/upload".to_owned()), decode)
+        .call(
+            &PUT,
+            Described::new(reqwest::Method::POST, "/upload".to_owned()),
+            decode,
+        )
         .body_file("application/octet-stream", &path)
         .send()
         .await
         .unwrap();
     assert_eq!(answer["bytes"], SIZE);
-    assert_eq!(*received.lock().unwrap(), [SIZE, SIZE], "the file was sent whole twice");
+    assert_eq!(
+        *received.lock().unwrap(),
+        [SIZE, SIZE],
+        "the file was sent whole twice"
+    );
 
     // A stream is read by its one attempt: the 503 is the answer.
     received.lock().unwrap().clear();
@@ -652,7 +664,11 @@ async fn uploads_come_from_a_file_on_every_attempt_and_from_a_stream_once() {
         (0..8).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![5u8; 1 << 20]))),
     );
     let refused = api
-        .call(&PUT, Described::new(reqwest::Method::POST, "/upload".to_owned()), decode)
+        .call(
+            &PUT,
+            Described::new(reqwest::Method::POST, "/upload".to_owned()),
+            decode,
+        )
         .body_stream("application/octet-stream", chunks)
         .send()
         .await;
@@ -660,7 +676,11 @@ async fn uploads_come_from_a_file_on_every_attempt_and_from_a_stream_once() {
     assert_eq!(*received.lock().unwrap(), [SIZE], "one attempt");
 
     let missing = api
-        .call(&PUT, Described::new(reqwest::Method::POST, "/upload".to_owned()), decode)
+        .call(
+            &PUT,
+            Described::new(reqwest::Method::POST, "/upload".to_owned()),
+            decode,
+        )
         .body_file("application/octet-stream", dir.path().join("nope.bin"))
         .send()
         .await;

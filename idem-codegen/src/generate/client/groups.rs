@@ -118,19 +118,35 @@ pub(super) fn member_names(group: &Group<'_>) -> Vec<String> {
             _ => c,
         })
         .collect();
-    let first: Vec<Option<String>> = choices.iter().map(|c| c.first().cloned()).collect();
-    let count = tally(&first);
+    // Each takes its first name; where names collide, those that have
+    // another try it, while it is free.
+    let mut pick: Vec<usize> = vec![0; choices.len()];
+    for _ in 0..3 {
+        let short: Vec<Option<String>> = choices
+            .iter()
+            .zip(&pick)
+            .map(|(c, &i)| c.get(i).cloned())
+            .collect();
+        let count = tally(&short);
+        let mut moved = false;
+        for (n, c) in choices.iter().enumerate() {
+            let Some(name) = &short[n] else { continue };
+            if count.get(name) != Some(&1)
+                && let Some(next) = c.get(pick[n] + 1)
+                && !count.contains_key(next)
+            {
+                pick[n] += 1;
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
     let short: Vec<Option<String>> = choices
         .iter()
-        .zip(&first)
-        .map(|(c, name)| match (name, c.get(1)) {
-            (Some(name), Some(second))
-                if count.get(name) != Some(&1) && !count.contains_key(second) =>
-            {
-                Some(second.clone())
-            }
-            (name, _) => name.clone(),
-        })
+        .zip(&pick)
+        .map(|(c, &i)| c.get(i).cloned())
         .collect();
     let count = tally(&short);
     let mut namer = Namer::default();
@@ -165,13 +181,23 @@ fn short_names(op: &Operation, group: &Group<'_>) -> Vec<String> {
     } else {
         match without_group(&words, &group.key) {
             None => Vec::new(),
-            // What names another resource gives way to the path's shape,
-            // unless that name is taken.
-            Some(stripped) if misleads(&stripped, op, &group.key) => from_path(op, &group.key)
-                .into_iter()
-                .chain([stripped])
-                .collect(),
-            Some(stripped) => vec![stripped],
+            Some(stripped) => {
+                let shorter = without_selector(&words, &group.key);
+                let named = shorter.as_deref().unwrap_or(&stripped);
+                // What names another resource gives way to the path's
+                // shape, in a group that is a collection; each name gives
+                // way to the next when it is taken.
+                let words: Vec<&str> = named.split('_').collect();
+                let collection = singularize(&group.key) != group.key;
+                let shape = ((collection && misleads(named, op, &group.key))
+                    || stray(&words, op, &group.key))
+                .then(|| from_path(op, &group.key))
+                .flatten();
+                let mut names: Vec<String> = shape.into_iter().chain(shorter).collect();
+                names.push(stripped);
+                names.dedup();
+                names
+            }
         }
     };
     // A keyword would need `r#`; the full name reads better.
@@ -213,18 +239,43 @@ fn without_group(words: &[String], key: &str) -> Option<String> {
     for needle in [&group, &singular] {
         if let Some(at) = words.windows(needle.len()).position(|w| w == &needle[..]) {
             let (head, tail) = (&words[..at], &words[at + needle.len()..]);
-            // Taken from the middle, the group's words leave what only
-            // made sense around them: `download_file_by_id` on `files` is
-            // `download`, `get_details_of_file_by_id` is `get_details`.
-            let (head, tail) =
-                if !head.is_empty() && tail.first().is_some_and(|w| is_preposition(w)) {
-                    (trim_prepositions(head), &tail[..0])
-                } else {
-                    (head, tail)
-                };
             let rest: Vec<&str> = head.iter().chain(tail).map(String::as_str).collect();
             return (!rest.is_empty()).then(|| rest.join("_"));
         }
+    }
+    None
+}
+
+/// Where the group's words were taken from the middle of `words` and what
+/// follows them only said which one (`by_id`), the name without it:
+/// `download_file_by_id` on `files` is `download`,
+/// `get_details_of_file_by_id` is `get_details`.
+fn without_selector(words: &[String], key: &str) -> Option<String> {
+    let group = word_list(key);
+    let singular: Vec<String> = match group.split_last() {
+        Some((last, rest)) => rest.iter().cloned().chain([singularize(last)]).collect(),
+        None => return None,
+    };
+    for needle in [&group, &singular] {
+        let Some(at) = words.windows(needle.len()).position(|w| w == &needle[..]) else {
+            continue;
+        };
+        let (head, tail) = (&words[..at], &words[at + needle.len()..]);
+        let selector = matches!(tail.first().map(String::as_str), Some("by"))
+            && tail.len() <= 3
+            && tail
+                .last()
+                .is_some_and(|w| matches!(w.as_str(), "id" | "uuid" | "name" | "key" | "index"));
+        let head = trim_prepositions(head);
+        if !selector || head.is_empty() {
+            return None;
+        }
+        return Some(
+            head.iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join("_"),
+        );
     }
     None
 }
@@ -415,11 +466,11 @@ mod tests {
         assert_eq!(without_group(&words("slow"), "slow"), None);
         assert_eq!(without_group(&words("health"), "orders"), None);
         assert_eq!(
-            without_group(&words("DownloadFileByID"), "files").as_deref(),
+            without_selector(&words("DownloadFileByID"), "files").as_deref(),
             Some("download")
         );
         assert_eq!(
-            without_group(&words("GetDetailsOfFileById"), "files").as_deref(),
+            without_selector(&words("GetDetailsOfFileById"), "files").as_deref(),
             Some("get_details")
         );
         assert_eq!(
