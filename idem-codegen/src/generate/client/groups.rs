@@ -112,21 +112,24 @@ pub(super) fn member_names(group: &Group<'_>) -> Vec<String> {
     let choices: Vec<Vec<String>> = choices
         .into_iter()
         .map(|c| match c.as_slice() {
-            [_, stripped] if qualifiers.iter().any(|q| verb(q) == verb(stripped)) => {
-                vec![stripped.clone()]
+            [_, rest @ .., last] if qualifiers.iter().any(|q| verb(q) == verb(last)) => {
+                rest.iter().chain([last]).cloned().collect()
             }
             _ => c,
         })
         .collect();
+    let picked = |pick: &[usize]| -> Vec<Option<String>> {
+        choices
+            .iter()
+            .zip(pick)
+            .map(|(c, &i)| c.get(i).cloned())
+            .collect()
+    };
     // Each takes its first name; where names collide, those that have
     // another try it, while it is free.
     let mut pick: Vec<usize> = vec![0; choices.len()];
     for _ in 0..3 {
-        let short: Vec<Option<String>> = choices
-            .iter()
-            .zip(&pick)
-            .map(|(c, &i)| c.get(i).cloned())
-            .collect();
+        let short = picked(&pick);
         let count = tally(&short);
         let mut moved = false;
         for (n, c) in choices.iter().enumerate() {
@@ -143,11 +146,7 @@ pub(super) fn member_names(group: &Group<'_>) -> Vec<String> {
             break;
         }
     }
-    let short: Vec<Option<String>> = choices
-        .iter()
-        .zip(&pick)
-        .map(|(c, &i)| c.get(i).cloned())
-        .collect();
+    let short = picked(&pick);
     let count = tally(&short);
     let mut namer = Namer::default();
     group
