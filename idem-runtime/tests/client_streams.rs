@@ -394,6 +394,22 @@ fn trickle(pieces: Vec<Vec<u8>>) -> Body {
     Body::from_stream(stream)
 }
 
+/// An event stream written in `pieces`; an error piece breaks the
+/// connection once what came before it has surely arrived.
+fn event_stream(pieces: Vec<Result<bytes::Bytes, std::io::Error>>) -> Response {
+    let body = futures_util::stream::iter(pieces).then(|piece| async move {
+        if piece.is_err() {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        piece
+    });
+    (
+        [(header::CONTENT_TYPE, "text/event-stream")],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
 #[derive(Debug, serde::Deserialize, PartialEq)]
 struct Delta {
     text: String,
@@ -481,24 +497,12 @@ async fn an_oversized_event_is_refused_and_a_broken_keyed_stream_is_not_sent_aga
                     async move {
                         sent.fetch_add(1, Ordering::SeqCst);
                         assert!(headers.contains_key("idempotency-key"));
-                        let pieces = futures_util::stream::iter([
+                        event_stream(vec![
                             Ok(bytes::Bytes::from_static(
                                 b"id: 1\ndata: {\"text\": \"one\"}\n\n",
                             )),
                             Err(std::io::Error::other("the server went away")),
                         ])
-                        // The break comes once the first event has surely
-                        // arrived.
-                        .then(|piece| async move {
-                            if piece.is_err() {
-                                tokio::time::sleep(Duration::from_millis(200)).await;
-                            }
-                            piece
-                        });
-                        (
-                            [(header::CONTENT_TYPE, "text/event-stream")],
-                            Body::from_stream(pieces),
-                        )
                     }
                 }),
             )
@@ -685,4 +689,63 @@ async fn uploads_come_from_a_file_on_every_attempt_and_from_a_stream_once() {
         .send()
         .await;
     assert!(matches!(missing, Err(ApiError::Encode(_))));
+}
+
+#[tokio::test]
+async fn a_stream_that_breaks_before_its_first_event_is_sent_again_with_its_key() {
+    let keys = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let app = {
+        let keys = Arc::clone(&keys);
+        axum::Router::new().route(
+            "/chat",
+            post(move |headers: HeaderMap| {
+                let keys = Arc::clone(&keys);
+                async move {
+                    let key = headers["idempotency-key"].to_str().unwrap().to_owned();
+                    let first = {
+                        let mut keys = keys.lock().unwrap();
+                        keys.push(key);
+                        keys.len() == 1
+                    };
+                    // The first answer breaks after a comment, before any
+                    // event; the second is whole.
+                    let pieces: Vec<Result<bytes::Bytes, std::io::Error>> = if first {
+                        vec![
+                            Ok(bytes::Bytes::from_static(b": starting\n")),
+                            Err(std::io::Error::other("the server went away")),
+                        ]
+                    } else {
+                        vec![Ok(bytes::Bytes::from_static(
+                            b"data: {\"text\": \"whole\"}\n\ndata: [DONE]\n\n",
+                        ))]
+                    };
+                    event_stream(pieces)
+                }
+            }),
+        )
+    };
+    let base = serve(app).await;
+    let api = client(&base);
+    let events: Vec<Delta> = api
+        .call(
+            &CHAT,
+            Described::new(reqwest::Method::POST, "/chat".to_owned()),
+            decode,
+        )
+        .events::<Delta>()
+        .stream()
+        .await
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(
+        events,
+        [Delta {
+            text: "whole".into()
+        }]
+    );
+    let keys = keys.lock().unwrap();
+    assert_eq!(keys.len(), 2, "sent again once");
+    assert_eq!(keys[0], keys[1], "with the same key");
 }

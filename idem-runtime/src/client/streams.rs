@@ -13,9 +13,10 @@
 //! stream with the [`Resume`] point of the page that failed: pass it to
 //! [`Call::resume`] and the listing continues there, not from page one.
 //!
-//! An event stream is retried as its class allows until the response head
-//! arrives. After that nothing is ever sent again on its own for an unsafe
-//! or keyed call: a broken stream ends with [`EventError::Broken`], which
+//! An event stream is retried as its class allows until its first event (a
+//! keyed call with its one key; a body that breaks before any event is a
+//! failed attempt). After that nothing is ever sent again on its own for an
+//! unsafe or keyed call: a broken stream ends with [`EventError::Broken`], which
 //! says how many events arrived and carries the key and the last event id.
 //! A safe call whose events carry ids reconnects with `Last-Event-ID`,
 //! waiting what the server's `retry:` asked, within the call's deadline.
@@ -430,6 +431,8 @@ impl<I> Stream for EventStream<I> {
 
 impl<'a, T, E, B: ?Sized, I> Call<'a, T, E, B, Events<I>>
 where
+    T: Send + 'static,
+    E: Send + 'static,
     I: DeserializeOwned + Send + 'static,
 {
     /// Ends the stream at `data: <sentinel>`, or only at the end of the
@@ -445,12 +448,15 @@ where
         self
     }
 
-    /// Sends the call and returns its events as they arrive. The call is
-    /// retried as its class allows until the answer's head arrives; an
-    /// error status is typed as `.send()` types it.
+    /// Sends the call and returns its events as they arrive. Until the
+    /// first event, the call is retried as its class allows (a keyed call
+    /// with its one key), a body that breaks before it included; an error
+    /// status is typed as `.send()` types it.
     pub async fn stream(self) -> Result<EventStream<I>, ApiError<E>> {
         let (done, limits) = (self.mode().done, self.mode().limits);
-        let reconnects = self.spec().operation.class == RetryClass::Safe;
+        let class = self.spec().operation.class;
+        let reconnects = class == RetryClass::Safe;
+        let attempts = self.client().retry_client().policy().attempts();
         let deadline = Instant::now() + self.client().retry_client().policy().overall_deadline();
         let ready = self.ready()?;
         let response = ready.execute(true).await?;
@@ -462,8 +468,17 @@ where
             headers: ready.headers.clone(),
             deadline,
         });
+        // Before its first event a stream may be sent again, as the class
+        // allows: a safe call, or a keyed one with its key.
+        let resend = class.may_resend().then(|| Resend {
+            ready: ready.detach(),
+            left: attempts.saturating_sub(1),
+            deadline,
+        });
         let state = Reading {
             response: Some(response),
+            resend,
+            limits,
             decoder: SseDecoder::new(limits),
             queue: VecDeque::new(),
             received: 0,
@@ -503,6 +518,15 @@ async fn opened<T, E>(
     }
 }
 
+/// The call itself, to send again when its body breaks before the first
+/// event.
+struct Resend<T, E> {
+    ready: Ready<'static, T, E>,
+    /// Sends left.
+    left: u32,
+    deadline: Instant,
+}
+
 /// What a safe stream needs to reconnect.
 struct Reconnect {
     http: reqwest::Client,
@@ -511,8 +535,10 @@ struct Reconnect {
     deadline: Instant,
 }
 
-struct Reading<I> {
+struct Reading<I, T, E> {
     response: Option<reqwest::Response>,
+    resend: Option<Resend<T, E>>,
+    limits: Limits,
     decoder: SseDecoder,
     queue: VecDeque<super::sse::Event>,
     received: usize,
@@ -525,7 +551,7 @@ struct Reading<I> {
     _item: std::marker::PhantomData<fn() -> I>,
 }
 
-impl<I: DeserializeOwned> Reading<I> {
+impl<I: DeserializeOwned, T, E> Reading<I, T, E> {
     async fn next(&mut self) -> Option<Result<I, EventError>> {
         loop {
             if self.finished {
@@ -566,7 +592,7 @@ impl<I: DeserializeOwned> Reading<I> {
                     return None;
                 }
                 Err(e) => {
-                    if self.reconnect().await {
+                    if self.send_again().await || self.reconnect().await {
                         continue;
                     }
                     self.finished = true;
@@ -578,6 +604,33 @@ impl<I: DeserializeOwned> Reading<I> {
                     }));
                 }
             }
+        }
+    }
+
+    /// Before the first event, a broken body is a failed attempt: the call
+    /// is sent again (its key unchanged) while its attempts and deadline
+    /// allow.
+    async fn send_again(&mut self) -> bool {
+        if self.received > 0 || !self.queue.is_empty() {
+            return false;
+        }
+        let Some(resend) = &mut self.resend else {
+            return false;
+        };
+        if resend.left == 0 || Instant::now() >= resend.deadline {
+            return false;
+        }
+        resend.left -= 1;
+        let Ok(response) = resend.ready.execute(true).await else {
+            return false;
+        };
+        match opened(&resend.ready, response).await {
+            Ok(response) => {
+                self.response = Some(response);
+                self.decoder = SseDecoder::new(self.limits);
+                true
+            }
+            Err(_) => false,
         }
     }
 

@@ -1049,7 +1049,8 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
             _ => None,
         };
         Ok(Ready {
-            client,
+            client: client.clone(),
+            _call: std::marker::PhantomData,
             spec,
             method: request.method,
             url,
@@ -1068,7 +1069,10 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
 /// A call worked out and ready for its attempts; pages and reconnects send
 /// it again with another URL.
 pub(crate) struct Ready<'a, T, E> {
-    client: &'a ApiClient,
+    /// A clone (it is cheap), so a stream can outlive the call's borrow to
+    /// send again.
+    client: ApiClient,
+    _call: std::marker::PhantomData<&'a ()>,
     spec: &'static OperationSpec,
     method: Method,
     pub(crate) url: reqwest::Url,
@@ -1083,11 +1087,30 @@ pub(crate) struct Ready<'a, T, E> {
 }
 
 impl<T, E> Ready<'_, T, E> {
+    /// The same call, no longer tied to the borrow it was made from.
+    pub(crate) fn detach(self) -> Ready<'static, T, E> {
+        Ready {
+            client: self.client,
+            _call: std::marker::PhantomData,
+            spec: self.spec,
+            method: self.method,
+            url: self.url,
+            headers: self.headers,
+            key: self.key,
+            header_key: self.header_key,
+            content_type: self.content_type,
+            bytes: self.bytes,
+            multipart: self.multipart,
+            upload: self.upload,
+            decode: self.decode,
+        }
+    }
+
     /// One logical call through the retry engine. With `stream`, the
     /// engine accepts the response on its head and the body is left to be
     /// read as it comes.
     pub(crate) async fn execute(&self, stream: bool) -> Result<reqwest::Response, ApiError<E>> {
-        let client = self.client;
+        let client = &self.client;
         let spec = self.spec;
         let mut policy = if spec.retry.is_none() {
             None
