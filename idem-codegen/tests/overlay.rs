@@ -465,3 +465,38 @@ fn probe_plans_the_overlaid_document() {
         overlaid.stdout
     );
 }
+
+/// `x-pagination` from an overlay: paging turned off where the spec's shape
+/// says it pages, and named where it does not.
+#[test]
+fn an_overlay_names_or_disables_how_a_list_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let overlay = overlay_file(
+        &dir,
+        "paging.yaml",
+        "overlay: 1.0.0\ninfo: { title: paging, version: '1' }\nactions:\n\
+         \x20 - target: $.paths['/customers'].get\n    update:\n      x-pagination: false\n\
+         \x20 - target: $.paths['/repos'].get\n    update:\n      x-pagination: { style: offset, param: page }\n",
+    );
+    let out = dir.path().join("client");
+    let o = idem(&[
+        "generate",
+        "../fixtures/streams.yaml",
+        "--overlay",
+        overlay.to_str().unwrap(),
+        "--client",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, EXIT_CLEAN, "{}{}", o.stdout, o.stderr);
+    let code = std::fs::read_to_string(out.join("src/lib.rs")).unwrap();
+    assert!(
+        !code.contains(".paged::<Customer>"),
+        "paging is off for /customers"
+    );
+    assert!(code.contains(".paged::<Event>"), "the others still page");
+    assert!(
+        code.contains("How `GET /repos` pages: `page` advances by each page's item count."),
+        "the overlay's style replaces the Link header's"
+    );
+}
