@@ -22,6 +22,7 @@ trap 'rm -rf "$work"' EXIT
 # The packaged idem-codegen needs its templates: the .crate must carry them.
 tar -tzf target/package/idem-codegen-0.1.0.crate > "$work/files"
 grep -qx 'idem-codegen-0.1.0/templates/idempotency.html' "$work/files"
+grep -qx 'idem-codegen-0.1.0/ci/idem.yml' "$work/files"
 cargo install --path target/package/idem-codegen-0.1.0 --root "$work/root" --debug \
   --target-dir target/package-install \
   --config "patch.crates-io.idem-runtime.path='$root/target/package/idem-runtime-0.1.0'"
@@ -31,6 +32,9 @@ idem="$work/root/bin/idem"
 "$idem" generate fixtures/payments.yaml --out "$work/generated"
 "$idem" docs fixtures/payments.yaml --out "$work/docs"
 test -s "$work/generated/src/lib.rs"
+# Installed from a package, as from crates.io: no checkout beside it, so the
+# generated crate depends on the published runtime of its version.
+grep -q "^idem-runtime = { version = \"0.1.0\"" "$work/generated/Cargo.toml"
 test -s "$work/generated/docs/idempotency.html"
 test -s "$work/docs/idempotency.md"
 # The audit of a spec with findings still fails, from the installed binary.

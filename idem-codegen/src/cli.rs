@@ -35,7 +35,9 @@ pub struct Cli {
 pub enum Command {
     /// Audit every operation of SPEC; exit 1 on findings at or above the threshold.
     Audit(AuditArgs),
-    /// Generate from SPEC: the typed client crate (`--client`) and the docs page (`--docs`).
+    /// Generate a crate from SPEC: the typed client, the server scaffolding
+    /// and the integrator docs page (all three unless --client, --server or
+    /// --docs narrows it).
     Generate(GenerateArgs),
     /// Check a running service against the key contract SPEC declares:
     /// replays, concurrent duplicates, mismatched bodies, missing and
@@ -54,6 +56,88 @@ pub enum Command {
     /// idempotency.html) into DIR. Audit findings are printed and do not
     /// stop it: the page lists the endpoints that are unsafe to retry.
     Docs(DocsArgs),
+    /// Print the GitHub Actions workflow that runs the audit on every push
+    /// and pull request (findings in code scanning), publishes the docs page
+    /// and, once STAGING_URL is set, probes staging:
+    /// `idem workflow --spec api/openapi.yaml > .github/workflows/idem.yml`.
+    Workflow(WorkflowArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WorkflowArgs {
+    /// The spec's path from the repository's root, as the workflow reads it.
+    #[arg(long, value_name = "PATH", default_value = "openapi.yaml")]
+    pub spec: String,
+    /// Write the workflow to FILE (creating its directory) instead of
+    /// printing it.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// With --out, replace a FILE that holds something else.
+    #[arg(long, requires = "out")]
+    pub force: bool,
+}
+
+/// The example workflow, as `docs/ci.md` describes it and CI checks it.
+pub const WORKFLOW: &str = include_str!("../ci/idem.yml");
+
+/// [`WORKFLOW`] reading the spec at `spec`.
+pub fn workflow(spec: &str) -> String {
+    let plain = !spec.is_empty()
+        && spec
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._/-".contains(c))
+        && !spec.starts_with(['-', '.']);
+    let value = if plain {
+        spec.to_owned()
+    } else {
+        // A YAML double-quoted scalar reads JSON's escapes.
+        serde_json::Value::String(spec.to_owned()).to_string()
+    };
+    WORKFLOW.replacen(
+        "  IDEM_SPEC: openapi.yaml\n",
+        &format!("  IDEM_SPEC: {value}\n"),
+        1,
+    )
+}
+
+fn run_workflow(
+    args: &WorkflowArgs,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> std::io::Result<i32> {
+    if !std::path::Path::new(&args.spec).exists() {
+        writeln!(
+            stderr,
+            "note: there is no {} here; the workflow reads IDEM_SPEC from the repository's root",
+            args.spec
+        )?;
+    }
+    let text = workflow(&args.spec);
+    let Some(out) = &args.out else {
+        return write_out(stdout, &text);
+    };
+    if !args.force
+        && let Ok(old) = std::fs::read_to_string(out)
+        && old != text
+    {
+        writeln!(
+            stderr,
+            "error: {} holds another workflow; pass --force to replace it",
+            out.display()
+        )?;
+        return Ok(EXIT_ERROR);
+    }
+    match crate::write::write_if_changed(out, &text) {
+        Ok(written) => {
+            let what = if written { "wrote" } else { "unchanged:" };
+            writeln!(stdout, "{what} {}", out.display())?;
+            Ok(EXIT_CLEAN)
+        }
+        Err(e) => {
+            writeln!(stderr, "error: cannot write {}: {e}", out.display())?;
+            Ok(EXIT_ERROR)
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -111,11 +195,12 @@ pub struct GenerateArgs {
     /// Where to write the crate (`Cargo.toml`, `src/lib.rs`).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-    /// Generate the typed client SDK (with none of --client/--server/--docs:
-    /// everything available).
+    /// Generate the typed client SDK. With none of --client, --server and
+    /// --docs: all three (client, server and docs page).
     #[arg(long)]
     pub client: bool,
-    /// Generate the server scaffolding: the `Api` trait and `router`.
+    /// Generate the server scaffolding: the `Api` trait and the axum
+    /// `router` that runs keyed operations through the key protocol.
     #[arg(long)]
     pub server: bool,
     /// Write the integrator docs page to DIR/docs/.
@@ -124,9 +209,16 @@ pub struct GenerateArgs {
     /// The crate's package name (default: from the spec's title).
     #[arg(long, value_name = "CRATE")]
     pub name: Option<String>,
-    /// Depend on a local `idem-runtime` at PATH instead of the published one.
-    #[arg(long, value_name = "PATH")]
+    /// Depend on the `idem-runtime` at PATH. By default the crate depends on
+    /// the runtime of the checkout this `idem` was built from, when it was
+    /// built from one that is still there, and on the published runtime of
+    /// this version otherwise.
+    #[arg(long, value_name = "PATH", conflicts_with = "published_runtime")]
     pub runtime_path: Option<PathBuf>,
+    /// Depend on the published `idem-runtime` of this version even when this
+    /// `idem` was built from a checkout (for a crate that others build).
+    #[arg(long)]
+    pub published_runtime: bool,
     /// Generate only the operations with these tags (comma-separated or
     /// repeated); with `--operations`, those either chooses. The audit still
     /// covers the whole spec.
@@ -268,6 +360,7 @@ where
         Command::Audit(args) => run_audit(&args, stdout, stderr, terminals),
         Command::Generate(args) => run_generate(&args, stdout, stderr, terminals),
         Command::Docs(args) => run_docs(&args, stdout, stderr, terminals),
+        Command::Workflow(args) => run_workflow(&args, stdout, stderr),
         Command::Probe(args) => crate::probe::cli::run(&args, stdout, stderr, terminals),
         Command::Rules => {
             let mut text = String::new();
@@ -563,18 +656,29 @@ fn run_generate(
         };
         crate::write::package_name(&base)
     });
-    let runtime = match &args.runtime_path {
-        Some(path) => crate::write::Runtime::Path(crate::write::runtime_path(path, &args.out)),
-        None => crate::write::Runtime::Registry,
+    let runtime = match (&args.runtime_path, args.published_runtime) {
+        (Some(path), _) => {
+            if let Err(why) = crate::write::check_runtime(path) {
+                writeln!(stderr, "error: --runtime-path {}: {why}", path.display())?;
+                return Ok(EXIT_ERROR);
+            }
+            crate::write::Runtime::Path(crate::write::runtime_path(path, &args.out))
+        }
+        (None, false) => match crate::write::runtime_beside() {
+            Some(path) => crate::write::Runtime::Path(path),
+            None => crate::write::Runtime::Registry,
+        },
+        (None, true) => crate::write::Runtime::Registry,
     };
     if let Some(generated) = &generated {
-        lines = generated.lines;
-        files.extend(crate::write::crate_files(
-            generated,
-            &name,
-            &model.title,
-            &runtime,
-        ));
+        let crate_files = crate::write::crate_files(generated, &name, &model.title, &runtime);
+        // The lines of the file as written, header and attributes included.
+        lines = crate_files
+            .iter()
+            .filter(|f| f.path.extension().is_some_and(|e| e == "rs"))
+            .map(|f| f.contents.lines().count())
+            .sum();
+        files.extend(crate_files);
     }
     let mut written = 0;
     for file in &files {

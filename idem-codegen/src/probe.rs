@@ -14,7 +14,7 @@ use crate::model::{KeySource, Model, Operation, RetryClass};
 use crate::source::Pos;
 use crate::vocab::KeyRequirement;
 
-mod body;
+pub(crate) mod body;
 mod checks;
 pub mod cli;
 mod keys;

@@ -226,7 +226,7 @@ fn hostile_text_stays_inside_doc_strings() {
         "pub self_:",
         "pub r#match:",
         "pub _1st:",
-        "pub struct ApiClient",
+        "pub struct ClientSchema",
         "pub fn new_api(",
     ] {
         assert!(code.contains(ident), "missing {ident}");

@@ -121,6 +121,7 @@ rule_fixtures! {
     ];
     missing_conflict_responses: "missing-conflict-responses" => [
         (21, "IDEM008"), (32, "IDEM008"), (43, "IDEM008"), (51, "IDEM008"),
+        (116, "IDEM008"), (123, "IDEM008"),
     ];
     undecided_failure_replay: "undecided-failure-replay" => [(18, "IDEM009"), (32, "IDEM009")];
     key_parameter_shape: "key-parameter-shape" => [
@@ -388,4 +389,55 @@ fn rule_pages_are_current() {
         stale.is_empty(),
         "rule pages are stale: {stale:#?}\nrun `{BLESS}` to regenerate them"
     );
+}
+
+/// The keyed operation the key rules' pages end with passes every rule: a
+/// reader who copies it gets no finding.
+#[test]
+fn the_complete_keyed_operation_on_the_key_rules_pages_audits_clean() {
+    const HEADING: &str = "## A complete keyed operation";
+    let mut pages = 0;
+    for rule in RULES.iter().filter(|r| r.docs.contains(HEADING)) {
+        pages += 1;
+        let section = &rule.docs[rule.docs.find(HEADING).unwrap()..];
+        let yaml = section
+            .split("```yaml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap_or_else(|| panic!("{}: no yaml block under {HEADING}", rule.code));
+        let spec = format!(
+            "openapi: 3.0.3\ninfo: {{ title: Example, version: \"1\" }}\n\
+             x-idempotency: {{ failure-replay: verbatim }}\n\
+             security: [{{ bearerAuth: [] }}]\n{yaml}\
+             components:\n  securitySchemes:\n    bearerAuth: {{ type: http, scheme: bearer }}\n"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("example.yaml");
+        std::fs::write(&path, &spec).unwrap();
+        let document =
+            Document::load(&path).unwrap_or_else(|f| panic!("{}: {}", rule.code, f.error));
+        let model = model::build(document, &audit::rule_names())
+            .unwrap_or_else(|f| panic!("{}: {}", rule.code, f.error));
+        assert_eq!(model.operations.len(), 1, "{}", rule.code);
+        assert_eq!(
+            model.operations[0].class,
+            model::RetryClass::Keyed,
+            "{}",
+            rule.code
+        );
+        let report = audit::audit(&model);
+        assert!(
+            report.diagnostics.is_empty(),
+            "{}'s complete keyed operation has findings:\n{}",
+            rule.code,
+            output::report(&model, &report, Format::Human, false)
+        );
+    }
+    for code in ["IDEM001", "IDEM008", "IDEM010", "IDEM013"] {
+        assert!(
+            Rule::find(code).unwrap().docs.contains(HEADING),
+            "{code}'s page shows no complete keyed operation"
+        );
+    }
+    assert_eq!(pages, 4);
 }

@@ -69,9 +69,14 @@ pub use classify::{
 pub use clock::{Clock, RandomSource, SeededRandom, Sleep, ThreadRandom, TokioClock};
 pub use engine::{Attempt, RetryClient, RetryClientBuilder, RetryMetrics};
 pub use error::{AttemptError, GiveUp, RetryError};
+/// `.next().await` on a list's items and pages and on an event stream, so a
+/// caller of a generated client needs no `futures` dependency of its own
+/// (the generated crate's `prelude` brings it into scope).
+pub use futures_util::{Stream, StreamExt};
 pub use key::{IdempotencyKey, InvalidKey};
 pub use policy::{DEADLINE_HEADER, DEFAULT_KEY_HEADER, RetryPolicy};
 pub use streams::{
     ByteStream, EventError, EventStream, Events, Items, NextPage, PageError, PageSpec, Paged,
     Pages, Resume,
 };
+pub use support::ApiError;

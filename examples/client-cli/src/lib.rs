@@ -339,6 +339,15 @@ impl Client {
     }
 }
 
+/// What a caller names besides the API's own types, in one glob import
+/// (`use …::prelude::*;`): `.next().await` on lists and event streams,
+/// the key a keyed call sends, and the errors calls and pages return.
+pub mod prelude {
+    pub use ::idem_runtime::client::{
+        ApiError, IdempotencyKey, PageError, Resume, StreamExt as _,
+    };
+}
+
 /// `GET /blobs/{name}`: its retry class, key and policy.
 #[cfg(feature = "blobs")]
 const OP_GET_BLOB: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
@@ -471,15 +480,15 @@ pub struct CreateChargeErrorServiceUnavailable {
 #[cfg(feature = "charges")]
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreateChargeError {
-    /// `400`
+    /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
     BadRequest,
-    /// `503`
+    /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
     ServiceUnavailable(CreateChargeErrorServiceUnavailable),
-    /// `504`
+    /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
     GatewayTimeout,
-    /// `409`
+    /// `409`: The key is in use, or was used with another request.
     Conflict(Problem),
-    /// `422`
+    /// `422`: The key is in use, or was used with another request.
     UnprocessableEntity(Problem),
 }
 
@@ -641,15 +650,15 @@ pub struct CreateNoteErrorServiceUnavailable {
 #[cfg(feature = "notes")]
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreateNoteError {
-    /// `400`
+    /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
     BadRequest,
-    /// `503`
+    /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
     ServiceUnavailable(CreateNoteErrorServiceUnavailable),
-    /// `504`
+    /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
     GatewayTimeout,
-    /// `409`
+    /// `409`: The key is in use, or was used with another request.
     Conflict(Problem),
-    /// `422`
+    /// `422`: The key is in use, or was used with another request.
     UnprocessableEntity(Problem),
 }
 
@@ -757,17 +766,17 @@ pub struct CreateOrderErrorTooManyRequests {
 #[cfg(feature = "orders")]
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreateOrderError {
-    /// `503`
+    /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
     ServiceUnavailable(CreateOrderErrorServiceUnavailable),
-    /// `504`
+    /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
     GatewayTimeout,
-    /// `400`
+    /// `400`: Invalid order.
     BadRequest(Problem),
-    /// `409`
+    /// `409`: The key is in use, or was used with another request.
     Conflict(Problem),
-    /// `422`
+    /// `422`: The key is in use, or was used with another request.
     UnprocessableEntity(Problem),
-    /// `429`
+    /// `429`: Too many requests.
     TooManyRequests(CreateOrderErrorTooManyRequests),
 }
 
@@ -846,9 +855,9 @@ pub struct GetOrderErrorTooManyRequests {
 #[cfg(feature = "orders")]
 #[derive(Debug, Clone, PartialEq)]
 pub enum GetOrderError {
-    /// `404`
+    /// `404`: No such order.
     NotFound(Problem),
-    /// `429`
+    /// `429`: Too many requests.
     TooManyRequests(GetOrderErrorTooManyRequests),
 }
 
@@ -1025,15 +1034,15 @@ pub struct CreateUploadErrorServiceUnavailable {
 #[cfg(feature = "uploads")]
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreateUploadError {
-    /// `400`
+    /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
     BadRequest,
-    /// `503`
+    /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
     ServiceUnavailable(CreateUploadErrorServiceUnavailable),
-    /// `504`
+    /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
     GatewayTimeout,
-    /// `409`
+    /// `409`: The key is in use, or was used with another request.
     Conflict(Problem),
-    /// `422`
+    /// `422`: The key is in use, or was used with another request.
     UnprocessableEntity(Problem),
 }
 

@@ -2,6 +2,67 @@
 
 use super::Rule;
 
+/// The page section every key rule ends with: one keyed operation that
+/// every rule passes, whole (a test audits it), so a reader copies what
+/// they need from one place.
+macro_rules! keyed_operation_example {
+    () => {
+        r#"## A complete keyed operation
+The key as a header parameter with its length, the conflicts and the key
+protocol's own refusals with their codes. With `scope: account` (the
+default) or `credential`, the operation also needs a `security` requirement
+that names the caller; and a document-wide `x-idempotency: { failure-replay:
+verbatim }` decides how failures replay.
+```yaml
+paths:
+  /v1/transfers:
+    post:
+      operationId: createTransfer
+      summary: Move money between two accounts
+      x-idempotency:
+        key: required
+      parameters:
+        - name: Idempotency-Key
+          in: header
+          required: true
+          description: One key per transfer, sent again on every retry of it.
+          schema: { type: string, minLength: 1, maxLength: 255 }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [amount, to]
+              properties:
+                amount: { type: integer, minimum: 1 }
+                to: { type: string }
+      responses:
+        "201":
+          description: The transfer was made.
+        "400":
+          description: >-
+            `idempotency_key_missing` or `idempotency_key_invalid`: send one
+            key of 1 to 255 visible ASCII characters.
+        "409":
+          description: >-
+            `idempotency_key_in_use`: a request with this key is still
+            running; retry later with the same key.
+            `idempotency_key_reused`: this key was sent with a different
+            request; a client bug, never retried.
+        "503":
+          description: >-
+            `overloaded` or `idempotency_store_unavailable`: retry after the
+            delay, with the same key.
+          headers:
+            Retry-After: { schema: { type: integer } }
+        "504":
+          description: "`deadline_exceeded`: retry with the same key to learn the outcome."
+```
+"#
+    };
+}
+
 mod claim_at_commit_outside_transaction;
 mod exactly_once_claim;
 mod external_effect_without_phases;

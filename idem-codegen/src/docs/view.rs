@@ -182,12 +182,28 @@ pub struct ResumeWire {
     pub unavailable_status: u16,
 }
 
-/// The code example: the first keyed operation (else the first safe one),
-/// with its effective retry policy.
+/// The code example: the most representative keyed operation (a keyed
+/// create with a JSON body, before any other; else the first safe
+/// operation), with its effective retry policy, its URL from the spec's
+/// first server and its parameters and body from the spec's examples or
+/// schemas.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Example {
     pub method: &'static str,
     pub path: String,
+    /// The request target: the server's base path and the path, its
+    /// parameters filled in.
+    pub target: String,
+    /// The server's host, or `api.example.com` when the spec names none.
+    pub host: String,
+    /// The whole URL, or the base the caller must put in front of the path.
+    pub url: String,
+    /// Whether the spec names an absolute server URL.
+    pub has_server: bool,
+    /// The JSON body sent, compact, the key included when it travels there.
+    pub body: Option<String>,
+    /// The same body as a Python literal.
+    pub py_body: Option<String>,
     pub keyed: bool,
     pub key_in_body: bool,
     pub key_name: String,
@@ -253,6 +269,9 @@ pub struct DocsView {
     pub resumed: Vec<Resumed>,
     pub resume_wire: ResumeWire,
     pub example: Option<Example>,
+    /// Where the spec's own error schema for the key conflict lacks fields
+    /// the protocol's refusals carry: which, said once.
+    pub error_body_note: Option<String>,
     /// Whether the table of contents lists endpoints open (small APIs).
     pub toc_open: bool,
 }
@@ -345,11 +364,10 @@ impl DocsView {
             wire: wire(&header, header_keys, mismatch_status(&keyed_ops)),
             undocumented_unsafe: ops.iter().filter(|o| o.class == RetryClass::Unsafe).count(),
             toc_open: ops.len() <= 40,
-            example: ops
-                .iter()
-                .find(|o| o.class == RetryClass::Keyed)
-                .or_else(|| ops.iter().find(|o| o.class == RetryClass::Safe))
-                .map(|o| example(o)),
+            error_body_note: error_body_note(model, &keyed_ops),
+            example: representative(&ops)
+                .or_else(|| ops.iter().find(|o| o.class == RetryClass::Safe).copied())
+                .map(|o| example(model, o)),
             header,
             keyed,
             unsafe_endpoints,
@@ -587,13 +605,207 @@ fn refusals() -> Vec<RefusalRow> {
     ]
 }
 
-fn example(op: &Operation) -> Example {
+/// The keyed operation an integrator most likely calls first: a POST that
+/// creates from a JSON body, then any POST, then the rest; the first of
+/// equals in the page's order.
+fn representative<'o>(ops: &[&'o Operation]) -> Option<&'o Operation> {
+    let score = |o: &Operation| {
+        let json_body = o
+            .request_body
+            .as_ref()
+            .is_some_and(|b| b.media.iter().any(|m| is_json(&m.media_type)));
+        (
+            o.method == model::Method::Post,
+            o.effect() == Some(crate::vocab::Effect::Create),
+            json_body,
+        )
+    };
+    ops.iter()
+        .filter(|o| o.class == RetryClass::Keyed)
+        .enumerate()
+        .max_by_key(|(i, o)| (score(o), std::cmp::Reverse(*i)))
+        .map(|(_, o)| *o)
+}
+
+/// When the JSON body the keyed operations declare for their `409` is an
+/// object without some of the refusal body's fields, a sentence naming
+/// them, so the page never claims more of the spec's schema than it says.
+fn error_body_note(model: &Model, keyed: &[&&Operation]) -> Option<String> {
+    use crate::model::schema::Kind;
+    let schema = keyed.iter().find_map(|op| {
+        op.response("409")?
+            .media
+            .iter()
+            .find(|m| is_json(&m.media_type))?
+            .schema
+            .as_ref()
+    })?;
+    let name = match &schema.kind {
+        Kind::Ref(id) => model.schemas.get(*id).map(|n| text::clean(&n.name)),
+        _ => None,
+    };
+    let Kind::Object(object) = &model.schemas.resolve(schema).kind else {
+        return None;
+    };
+    let fields = |names: Vec<&str>| {
+        let quoted: Vec<String> = names
+            .iter()
+            .map(|n| format!("`{}`", text::clean(n)))
+            .collect();
+        match quoted.as_slice() {
+            [] => "no fields".to_owned(),
+            [one] => one.clone(),
+            [init @ .., last] => format!("{} and {last}", init.join(", ")),
+        }
+    };
+    let declared: Vec<&str> = object.properties.iter().map(|p| p.name.as_str()).collect();
+    let missing: Vec<&str> = ["code", "message", "retryable"]
+        .into_iter()
+        .filter(|f| !declared.contains(f))
+        .collect();
+    if missing.is_empty() || declared.len() > 12 {
+        return None;
+    }
+    let what = name.map_or_else(
+        || "The body the spec declares for its `409`".to_owned(),
+        |n| format!("The spec's `{n}` schema, the body of its `409`,"),
+    );
+    Some(format!(
+        "{what} declares {}; these refusals carry {} as well.",
+        fields(declared),
+        fields(missing)
+    ))
+}
+
+fn is_json(media_type: &str) -> bool {
+    let essence = media_type.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json") || essence.ends_with("+json")
+}
+
+/// `https://api.bank.example/v1` → (`api.bank.example`, `/v1`); `None` for
+/// a relative or templated server URL, which names no host to show.
+fn server_parts(url: &str) -> Option<(String, String)> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))?;
+    let (host, base) = rest.split_once('/').map_or((rest, ""), |(h, b)| (h, b));
+    if host.is_empty() || host.contains(['{', '}']) || base.contains(['{', '}']) {
+        return None;
+    }
+    let base = base.trim_end_matches('/');
+    let base = if base.is_empty() {
+        String::new()
+    } else {
+        format!("/{base}")
+    };
+    Some((host.to_owned(), base))
+}
+
+/// A body for the page: the spec's own example where it shows one, field
+/// by field, and the smallest valid value elsewhere (the probe's); the
+/// required fields of an object only.
+fn sample(
+    schemas: &model::Schemas,
+    schema: &model::Schema,
+    depth: usize,
+) -> Option<serde_json::Value> {
+    use crate::model::schema::Kind;
+    if let Some(example) = &schema.example {
+        return Some((**example).clone());
+    }
+    let schema = schemas.resolve(schema);
+    if let Some(shown) = schema.example.as_deref().or(schema.default.as_ref()) {
+        return Some(shown.clone());
+    }
+    match &schema.kind {
+        Kind::Object(object) if depth < 8 => {
+            let mut out = serde_json::Map::new();
+            for p in object
+                .properties
+                .iter()
+                .filter(|p| p.required && !p.schema.read_only)
+            {
+                out.insert(p.name.clone(), sample(schemas, &p.schema, depth + 1)?);
+            }
+            Some(serde_json::Value::Object(out))
+        }
+        _ => crate::probe::body::instance(schemas, schema, depth).ok(),
+    }
+}
+
+/// A JSON value as a Python literal.
+fn python_literal(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Null => "None".to_owned(),
+        Value::Bool(b) => if *b { "True" } else { "False" }.to_owned(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => text::python_string(s),
+        Value::Array(items) => format!(
+            "[{}]",
+            items
+                .iter()
+                .map(python_literal)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Value::Object(map) => format!(
+            "{{{}}}",
+            map.iter()
+                .map(|(k, v)| format!("{}: {}", text::python_string(k), python_literal(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+fn example(model: &Model, op: &Operation) -> Example {
     let (key_in_body, key_name) = key_carrier(op);
     let policy = &op.retry;
     let timeout = schedule::attempt_timeout(policy.p99, policy.deadline, policy.max_attempts);
+    let request = crate::probe::body::request(model, op, None, &[]).ok();
+    let mut filled = request
+        .as_ref()
+        .map_or_else(|| op.path.clone(), |r| r.path.clone());
+    if let Some(r) = request.as_ref().filter(|r| !r.query.is_empty()) {
+        let query: Vec<String> = r.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        filled = format!("{filled}?{}", query.join("&"));
+    }
+    let server = model.servers.first().and_then(|s| server_parts(s));
+    let (host, base) = server
+        .clone()
+        .unwrap_or_else(|| ("api.example.com".to_owned(), String::new()));
+    let mut body = request.and_then(|r| r.json);
+    if body.is_some()
+        && let Some(schema) = op
+            .request_body
+            .as_ref()
+            .and_then(|b| b.media.iter().find(|m| is_json(&m.media_type)))
+            .and_then(|m| m.schema.as_ref())
+        && let Some(shown) = sample(&model.schemas, schema, 0)
+    {
+        body = Some(shown);
+    }
+    if key_in_body && let Some(serde_json::Value::Object(map)) = body.as_mut() {
+        map.insert(
+            key_name.clone(),
+            serde_json::Value::String(EXAMPLE_KEY.to_owned()),
+        );
+    }
+    // Spec text inside a code block: one line, and nothing that could close it.
+    let body = body.filter(|b| {
+        let text = b.to_string();
+        text.len() <= 400 && !text.contains('`') && !text.contains('<')
+    });
     Example {
         method: op.method.as_str(),
         path: text::clean(&op.path),
+        target: text::clean(&format!("{base}{filled}")),
+        url: text::clean(&format!("https://{host}{base}{filled}")),
+        host: text::clean(&host),
+        has_server: server.is_some(),
+        py_body: body.as_ref().map(python_literal),
+        body: body.map(|b| b.to_string()),
         keyed: op.class == RetryClass::Keyed,
         key_in_body,
         key_name,

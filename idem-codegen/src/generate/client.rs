@@ -213,6 +213,13 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             #(#accessors)*
         }
 
+        /// What a caller names besides the API's own types, in one glob import
+        /// (`use …::prelude::*;`): `.next().await` on lists and event streams,
+        /// the key a keyed call sends, and the errors calls and pages return.
+        pub mod prelude {
+            pub use ::idem_runtime::client::{ApiError, IdempotencyKey, PageError, Resume, StreamExt as _};
+        }
+
         #(#items)*
     }
 }
@@ -1055,6 +1062,8 @@ struct Outcome {
     ty: Option<Ty>,
     enc: Encoding,
     headers: Vec<(String, Ty)>,
+    /// The spec's description of the response.
+    description: Option<String>,
 }
 
 /// What one documented response carries, as both the client (decoding it)
@@ -1171,6 +1180,7 @@ fn responses(
             ty,
             enc,
             headers,
+            description: response.description.clone(),
         };
         if success {
             ok.push(outcome)
@@ -1415,7 +1425,17 @@ fn side(
     for o in &outcomes {
         let variant = ident(&namer.unique(&status_variant(&o.status)));
         let base = o.ty.clone();
-        let doc = format!(" `{}`", o.status);
+        let mut doc = format!("`{}`", o.status);
+        if let Some(description) = o
+            .description
+            .as_deref()
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+        {
+            doc.push_str(": ");
+            doc.push_str(description);
+        }
+        let doc = doc_attrs(&doc);
         let (payload_ty, init) = match base {
             None if o.headers.is_empty() => (None, None),
             base => {
@@ -1438,9 +1458,9 @@ fn side(
         match &payload_ty {
             Some(ty) => {
                 let t = space.tokens(ty);
-                variants.push(quote!(#[doc = #doc] #variant(#t),));
+                variants.push(quote!(#doc #variant(#t),));
             }
-            None => variants.push(quote!(#[doc = #doc] #variant,)),
+            None => variants.push(quote!(#doc #variant,)),
         }
         let value = wrap(value);
         arms.push(arm(&o.status, success, &value, &exact));

@@ -202,32 +202,52 @@ pub(crate) const ONE_OF: &str = "__idem_one_of";
 /// Names the generated code itself defines next to the API's types.
 pub(crate) const RESERVED_TYPES: &[&str] = &["Client", "Error", "Result", "Api"];
 
+/// The runtime's names a caller meets in the generated crate's signatures
+/// and its prelude (`ApiError<E>`, `Call`, `IdempotencyKey`, `IdemTx`): no
+/// type of the API's takes one, so `ApiError<bank::ErrorBody>` never reads
+/// as `ApiError<bank::ApiError>`.
+pub(crate) const RUNTIME_TYPES: &[&str] = &[
+    "ApiClient",
+    "ApiError",
+    "Call",
+    "EventStream",
+    "Fault",
+    "IdemTx",
+    "IdempotencyKey",
+    "PageError",
+    "Resume",
+    "RetryClient",
+    "StreamExt",
+];
+
 impl<'m> TypeSpace<'m> {
     /// The name of a component schema. One that would take a name the
     /// generated code defines (`Error`, `Client`) is called after what it
-    /// is, the API's (`ApiError`), and numbered only when even that is
-    /// taken.
+    /// is (`ErrorBody`, `ApiClient`'s being the runtime's: `ClientSchema`),
+    /// one that would take a runtime name gets `Schema` after it, and either
+    /// is numbered only when even that is taken.
     fn named_type(&mut self, raw: &str) -> String {
         let name = naming::camel(raw, "Type");
-        if RESERVED_TYPES.contains(&name.as_str()) {
-            let api = format!("Api{name}");
-            let schema = format!("{name}Schema");
-            let candidates = if name == "Api" {
-                [schema, api]
-            } else {
-                [api, schema]
-            };
-            for candidate in candidates {
-                if self.namer.is_free(&candidate)
-                    && !self
-                        .model
-                        .schemas
-                        .named
-                        .iter()
-                        .any(|n| naming::camel(&n.name, "Type") == candidate)
-                {
-                    return self.namer.unique(&candidate);
-                }
+        let candidates: Vec<String> = match name.as_str() {
+            "Error" => vec!["ErrorBody".to_owned(), "ErrorSchema".to_owned()],
+            "Api" => vec!["ApiSchema".to_owned()],
+            _ if RESERVED_TYPES.contains(&name.as_str()) => {
+                vec![format!("Api{name}"), format!("{name}Schema")]
+            }
+            _ if RUNTIME_TYPES.contains(&name.as_str()) => vec![format!("{name}Schema")],
+            _ => return self.namer.unique(&name),
+        };
+        for candidate in candidates {
+            if !RUNTIME_TYPES.contains(&candidate.as_str())
+                && self.namer.is_free(&candidate)
+                && !self
+                    .model
+                    .schemas
+                    .named
+                    .iter()
+                    .any(|n| naming::camel(&n.name, "Type") == candidate)
+            {
+                return self.namer.unique(&candidate);
             }
         }
         self.namer.unique(&name)
@@ -242,7 +262,7 @@ impl<'m> TypeSpace<'m> {
         let mut space = TypeSpace {
             model,
             defs: Vec::new(),
-            namer: Namer::reserving(RESERVED_TYPES),
+            namer: Namer::reserving(&[RESERVED_TYPES, RUNTIME_TYPES].concat()),
             named: vec![None; model.schemas.named.len()],
             pending: Vec::new(),
             inline: std::collections::HashMap::new(),

@@ -68,6 +68,8 @@ pub struct Schema {
     pub title: Option<String>,
     pub description: Option<String>,
     pub default: Option<serde_json::Value>,
+    /// `example`, or the first of `examples`: what the spec shows readers.
+    pub example: Option<Box<serde_json::Value>>,
     pub deprecated: bool,
     pub read_only: bool,
     pub write_only: bool,
@@ -634,6 +636,7 @@ fn plain(kind: Kind, pos: Pos) -> Schema {
         title: None,
         description: None,
         default: None,
+        example: None,
         deprecated: false,
         read_only: false,
         write_only: false,
@@ -701,6 +704,13 @@ fn read_annotations(node: &Node, schema: &mut Schema) {
     }
     if let Some(default) = node.get("default") {
         schema.default = Some(json(default));
+    }
+    if let Some(example) = node.get("example").or_else(|| {
+        node.get("examples")
+            .and_then(Node::as_seq)
+            .and_then(|s| s.first())
+    }) {
+        schema.example = Some(Box::new(json(example)));
     }
     let flag = |name| node.get(name).and_then(Node::as_bool) == Some(true);
     schema.nullable |= flag("nullable") || flag("x-nullable");

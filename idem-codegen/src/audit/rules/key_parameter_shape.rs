@@ -8,7 +8,8 @@ pub(crate) static RULE: Rule = Rule {
     slug: "key-parameter-shape",
     severity: Severity::Warning,
     summary: "the key parameter is not a bounded header string, or disagrees with `key:`",
-    docs: r#"## What it does
+    docs: concat!(
+        r#"## What it does
 Checks the idempotency key wherever the spec shows it, declared or inferred:
 a key parameter is a header (not a query or path parameter); the header, or
 the key-named request-body field (`idempotency_key`, `idempotencyKey`,
@@ -40,7 +41,10 @@ parameters:
     required: true
     schema: { type: string, minLength: 1, maxLength: 255 }
 ```
+
 "#,
+        keyed_operation_example!()
+    ),
     check,
 };
 

@@ -6,7 +6,8 @@ pub(crate) static RULE: Rule = Rule {
     slug: "undeclared-protocol-refusals",
     severity: Severity::Warning,
     summary: "a keyed operation does not declare the refusals of the key protocol",
-    docs: r#"## What it does
+    docs: concat!(
+        r#"## What it does
 For each keyed operation, checks that its responses declare the statuses the
 idempotency-key protocol itself answers with, whatever the handler does:
 
@@ -46,7 +47,10 @@ responses:
       Retry-After: { schema: { type: integer } }
   "504": { description: "`deadline_exceeded`: retry with the same key to learn the outcome" }
 ```
+
 "#,
+        keyed_operation_example!()
+    ),
     check,
 };
 

@@ -12,7 +12,8 @@ pub(crate) static RULE: Rule = Rule {
     slug: "unkeyed-unsafe-write",
     severity: Severity::Error,
     summary: "a state-changing operation is unsafe to retry and has neither a key nor a warning",
-    docs: r#"## What it does
+    docs: concat!(
+        r#"## What it does
 Flags every operation of class `unsafe`: it changes state in a way that is not
 idempotent (a POST or PATCH with no declared effect, or any method whose
 `x-idempotency.effect` is `create`, `append`, `increment`, `decrement` or
@@ -63,7 +64,10 @@ or, when a key is not possible yet, warn integrators:
         effect: append
         unsafe-retry: "Each call appends a note; read the log before retrying."
 ```
+
 "#,
+        keyed_operation_example!()
+    ),
     check,
 };
 
@@ -100,8 +104,9 @@ fn check(model: &Model, out: &mut Findings<'_>) {
                 "the request body has an `{field}` field; if that is the key, declare `x-idempotency: {{ key-in: body }}`"
             ),
             None => format!(
-                "accept an `{}` header (`x-idempotency: {{ key: required }}` and the parameter), or warn integrators with `unsafe-retry: \"…\"`",
-                op.settings.header
+                "accept an `{header}` header: `x-idempotency: {{ key: required }}` and a required header parameter `{header}`, a string of `maxLength: {max}`, and the `409` conflicts (`idem explain IDEM001` shows a whole keyed operation); or warn integrators with `unsafe-retry: \"…\"`",
+                header = op.settings.header,
+                max = op.settings.key_max_length,
             ),
         };
         if op.method == Method::Post
