@@ -13,6 +13,7 @@
 pub mod audit;
 pub mod baseline;
 pub mod build;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod docs;
 pub mod generate;

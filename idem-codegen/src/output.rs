@@ -13,7 +13,8 @@ use crate::source::{FileId, Pos, SourceMap};
 use crate::vocab::{Effect, KeyRequirement};
 
 /// Output formats of `idem audit`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Format {
     Human,
     Json,

@@ -15,10 +15,14 @@ use crate::source::Pos;
 use crate::vocab::KeyRequirement;
 
 pub(crate) mod body;
+#[cfg(feature = "cli")]
 mod checks;
+#[cfg(feature = "cli")]
 pub mod cli;
 mod keys;
+#[cfg(feature = "cli")]
 pub mod report;
+#[cfg(feature = "cli")]
 pub mod run;
 
 pub use body::Body;

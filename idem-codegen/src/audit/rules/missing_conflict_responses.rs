@@ -15,7 +15,7 @@ the key protocol answers with, each by what it says:
   `still running`, `concurrent`);
 - the payload mismatch: a `409` or `422` that names `idempotency_key_reused`
   or says the key came with a different request (`reused`, `mismatch`,
-  `different`, `does not match`).
+  `different`, `another request`, `does not match`).
 
 One `409` documents both when it says both. A `409` or `422` is read from
 its description and its examples; its status alone documents nothing, so a
@@ -76,6 +76,9 @@ const MISMATCH_WORDS: &[&str] = &[
     "reused",
     "mismatch",
     "different",
+    "another request",
+    "another body",
+    "other request",
     "does not match",
     "doesn't match",
 ];

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Run by .ci/run: the README's "Your own API, in ten minutes", as written, from
+# this clone. idem is installed into a temporary root as the README installs
+# it; then, in a scratch workspace of its own, the audit, the workflow and the
+# generation run on fixtures/transfers.yaml with no flag the section does not
+# give, and `cargo check` with warnings denied builds the generated crate and
+# a caller crate made of the README's own snippets (its [dependencies] and its
+# src/main.rs, which pages with `.next().await`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work=$(mktemp -d /tmp/idem-first-contact.XXXXXX)
+cleanup() {
+  rm -rf "$work" "$root/target/first-contact"
+}
+trap cleanup EXIT
+started=$(date +%s)
+
+# 1. Install, as the README does (`cargo install --locked --path idem/idem-codegen`).
+cargo install --locked --path idem-codegen --root "$work/root" \
+  --target-dir "$root/target/first-contact/install"
+idem="$work/root/bin/idem"
+"$idem" --version
+installed=$(date +%s)
+
+# 2. A scratch workspace: the user's repository, outside this one.
+ws="$work/ws"
+mkdir -p "$ws/app/src"
+cp fixtures/transfers.yaml "$ws/openapi.yaml"
+# The README's snippets, by their markers: the TOML block before the Rust one.
+awk '/^<!-- first-contact: src\/main.rs -->$/ { want = 1; next }
+     want && /^```rust$/ { inside = 1; next }
+     inside && /^```$/ { exit }
+     inside { print }' README.md > "$ws/app/src/main.rs"
+awk '/^```toml$/ { inside = 1; block = ""; next }
+     inside && /^```$/ { inside = 0; last = block; next }
+     inside { block = block $0 "\n" }
+     /^<!-- first-contact: src\/main.rs -->$/ { printf "%s", last; exit }' README.md > "$work/dependencies.toml"
+test -s "$ws/app/src/main.rs"
+grep -q '^\[dependencies\]$' "$work/dependencies.toml"
+grep -q 'next().await' "$ws/app/src/main.rs"
+{
+  printf '[package]\nname = "app"\nversion = "0.1.0"\nedition = "2024"\npublish = false\n\n'
+  cat "$work/dependencies.toml"
+} > "$ws/app/Cargo.toml"
+printf '[workspace]\nresolver = "3"\nmembers = ["crates/api", "app"]\n' > "$ws/Cargo.toml"
+
+cd "$ws"
+# 3. The section's commands, exactly.
+"$idem" audit openapi.yaml
+"$idem" workflow --spec openapi.yaml --out .github/workflows/idem.yml
+grep -q '^  IDEM_SPEC: openapi.yaml$' .github/workflows/idem.yml
+"$idem" generate openapi.yaml --out crates/api
+# Installed from a checkout: the crate depends on that checkout's runtime.
+grep -q "^idem-runtime = { path = \"$root/idem-runtime\"" crates/api/Cargo.toml
+# A runtime path that is not one is refused, and nothing is written.
+status=0
+"$idem" generate openapi.yaml --out refused --runtime-path does/not/exist 2> "$work/refused" || status=$?
+test "$status" -eq 2
+grep -q 'error: --runtime-path does/not/exist: no such directory' "$work/refused"
+test ! -e refused
+generated=$(date +%s)
+
+# 4. Both crates build, warnings denied.
+RUSTFLAGS="-D warnings" CARGO_TARGET_DIR="$root/target/first-contact/check" cargo check --workspace
+checked=$(date +%s)
+echo "first contact: installed in $((installed - started)) s, generated in $((generated - installed)) s, checked in $((checked - generated)) s"
