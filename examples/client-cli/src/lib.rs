@@ -342,6 +342,10 @@ impl Client {
 /// What a caller names besides the API's own types, in one glob import
 /// (`use …::prelude::*;`): `.next().await` on lists and event streams,
 /// the key a keyed call sends, and the errors calls and pages return.
+#[allow(
+    unused_imports,
+    reason = "re-exported for callers: a binary that includes the API may name none of them"
+)]
 pub mod prelude {
     pub use ::idem_runtime::client::{
         ApiError, IdempotencyKey, PageError, Resume, StreamExt as _,
