@@ -2,23 +2,20 @@
 //! `build.rs` call the same code.
 
 use std::ffi::OsString;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
 use crate::audit::{self, RULES, Rule, Severity};
 use crate::baseline::Baseline;
-use crate::load::Document;
-use crate::model::Model;
 use crate::output::{self, Format};
 
-/// Exit code: nothing at or above the threshold.
-pub const EXIT_CLEAN: i32 = 0;
-/// Exit code: findings at or above the threshold.
-pub const EXIT_FINDINGS: i32 = 1;
-/// Exit code: the spec could not be read, or the call is wrong.
-pub const EXIT_ERROR: i32 = 2;
+pub(crate) mod shared;
+
+pub use crate::probe::cli::{ProbeArgs, ProbeFormat};
+pub use shared::{ColorChoice, EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, Terminals};
+pub(crate) use shared::{load_model, use_color};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -235,69 +232,6 @@ pub struct GenerateArgs {
     pub color: ColorChoice,
 }
 
-#[derive(Debug, clap::Args)]
-pub struct ProbeArgs {
-    /// The API description the service is held to.
-    pub spec: PathBuf,
-    /// Apply an OpenAPI Overlay 1.0 file to the spec as it loads; repeatable,
-    /// applied in order.
-    #[arg(long = "overlay", value_name = "FILE")]
-    pub overlays: Vec<PathBuf>,
-    /// Where the service runs (`https://staging.example.com`); paths from
-    /// the spec are appended to it.
-    #[arg(long, value_name = "URL")]
-    pub base_url: String,
-    /// Probe only this operation (operationId, or `METHOD /path`); repeatable.
-    #[arg(long = "operation", value_name = "ID")]
-    pub operations: Vec<String>,
-    /// A header every request carries, such as the caller's credential; repeatable.
-    #[arg(long = "header", value_name = "NAME: VALUE")]
-    pub headers: Vec<String>,
-    /// Another caller's identity, which replaces the header of the same name
-    /// for the caller-isolation check.
-    #[arg(long, value_name = "NAME: VALUE")]
-    pub second_caller: Option<String>,
-    /// The value of a path, query, header or cookie parameter, by its name
-    /// in the spec (`--param account_id=acct_123`); repeatable.
-    #[arg(long = "param", value_name = "NAME=VALUE")]
-    pub params: Vec<String>,
-    /// The request body of operation ID, from FILE; repeatable.
-    #[arg(long = "body", value_name = "ID=@FILE")]
-    pub bodies: Vec<String>,
-    /// Identical requests sent at once by the concurrency check.
-    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u16).range(2..=1000))]
-    pub concurrency: u16,
-    /// Seconds each request may take.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
-    pub timeout: u64,
-    #[arg(long, value_enum, default_value_t = ProbeFormat::Human)]
-    pub format: ProbeFormat,
-    /// Print the plan (operations, checks, request counts) and send nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Consent to the state-changing requests the probe sends.
-    #[arg(long)]
-    pub allow_writes: bool,
-    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
-    pub color: ColorChoice,
-}
-
-/// How `idem probe` reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ProbeFormat {
-    Human,
-    Json,
-    Sarif,
-    Junit,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ColorChoice {
-    Auto,
-    Always,
-    Never,
-}
-
 /// Parse `args` and run; returns the exit code.
 pub fn run<I, T>(args: I, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i32
 where
@@ -305,27 +239,6 @@ where
     T: Into<OsString> + Clone,
 {
     run_with(args, stdout, stderr, Terminals::default())
-}
-
-/// Whether the streams [`run_with`] writes to are terminals: what
-/// `--color auto` colours. [`run`] assumes neither is (its writers may be
-/// buffers), the binary asks the process's own streams.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Terminals {
-    /// Standard output is a terminal.
-    pub stdout: bool,
-    /// Standard error is a terminal.
-    pub stderr: bool,
-}
-
-impl Terminals {
-    /// The process's own standard output and error.
-    pub fn detect() -> Self {
-        Terminals {
-            stdout: std::io::stdout().is_terminal(),
-            stderr: std::io::stderr().is_terminal(),
-        }
-    }
 }
 
 /// [`run`], colouring what goes to a terminal under `--color auto`.
@@ -420,42 +333,6 @@ pub fn explain(rule: &Rule) -> String {
         rule.severity.as_str(),
         rule.docs
     )
-}
-
-pub(crate) fn use_color(choice: ColorChoice, stream_is_terminal: bool) -> bool {
-    match choice {
-        ColorChoice::Always => true,
-        ColorChoice::Never => false,
-        ColorChoice::Auto => stream_is_terminal && std::env::var_os("NO_COLOR").is_none(),
-    }
-}
-
-/// Load and model `spec`; on failure, print the `file:line:column` error
-/// and return `None` (exit code 2).
-pub(crate) fn load_model(
-    spec: &std::path::Path,
-    overlays: &[PathBuf],
-    stderr: &mut dyn Write,
-    color: bool,
-) -> std::io::Result<Option<Model>> {
-    let built = Document::load_overlaid(spec, overlays, &crate::tree::Limits::default())
-        .and_then(|document| crate::model::build(document, &audit::rule_names()));
-    match built {
-        Ok(model) => {
-            for warning in &model.document.warnings {
-                stderr.write_all(
-                    output::load_warning(&model.document.sources, warning, color).as_bytes(),
-                )?;
-            }
-            Ok(Some(model))
-        }
-        Err(failure) => {
-            stderr.write_all(
-                output::load_error(&failure.sources, &failure.error, color).as_bytes(),
-            )?;
-            Ok(None)
-        }
-    }
 }
 
 /// `idem docs`: findings go to stderr as `idem audit` renders them; the

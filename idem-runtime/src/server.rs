@@ -65,9 +65,8 @@ pub use config::{
 pub use engine::{Idempotency, IdempotencyBuilder};
 pub use error::{ConfigError, IdempotencyError, KeyProblem, StoreError};
 pub use jobs::{CompleterReport, ReaperReport};
-pub use layer::{
-    Claimed, IdemTx, IdempotencyKey, IdempotencyLayer, IdempotencyService, KeyedRequest, Validator,
-};
+pub use key::IdempotencyKey;
+pub use layer::{Claimed, IdemTx, IdempotencyLayer, IdempotencyService, KeyedRequest, Validator};
 pub use phased::{ForeignCall, Operation, PhaseError, Run, StepError};
 pub use response::{
     Fault, IDEMPOTENT_REPLAYED, Reject, Reply, StoredResponse, Unavailable, is_rejection,

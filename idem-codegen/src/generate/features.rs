@@ -15,7 +15,7 @@ use proc_macro2::{TokenStream, TokenTree};
 use quote::{ToTokens, quote};
 
 use super::naming::Namer;
-use super::types::TypeDef;
+use super::types::defs::{CLOSED_OBJECT, OBJECT, ONE_OF, STRING_ENUM, TypeDef};
 
 /// The feature that enables every group and the types no operation uses.
 pub const FULL: &str = "full";
@@ -151,14 +151,9 @@ pub(crate) fn gate_items(items: TokenStream, attr: &TokenStream) -> TokenStream 
     for mut item in file.items {
         if let Some(list) = attrs_mut(&mut item) {
             let marker = list.first().is_some_and(|a| {
-                [
-                    super::types::STRING_ENUM,
-                    super::types::OBJECT,
-                    super::types::CLOSED_OBJECT,
-                    super::types::ONE_OF,
-                ]
-                .iter()
-                .any(|m| a.path().is_ident(m))
+                [STRING_ENUM, OBJECT, CLOSED_OBJECT, ONE_OF]
+                    .iter()
+                    .any(|m| a.path().is_ident(m))
             });
             let at = if marker {
                 0

@@ -10,32 +10,13 @@
 
 use std::collections::BTreeSet;
 
+use super::Target;
 use super::keys::PROTOCOL_MAX_LENGTH;
 use super::run::{
-    Answer, Caller, Exchange, KeyValue, Outcome, Payload, RunError, Runner, Send, Verdict,
+    Answer, Basis, Caller, Exchange, KeyValue, Payload, RunError, Runner, Send, Verdict,
 };
-use super::{Check, Target};
 use crate::model::Model;
 use crate::vocab::InFlight;
-
-/// How the checks after the replay judge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Basis {
-    /// By a working replay: the original's body, the replay header.
-    Replay,
-    /// By the resources the answers name.
-    Effects,
-}
-
-impl Basis {
-    pub(super) fn describe(self, read_back: bool) -> String {
-        match (self, read_back) {
-            (Basis::Replay, _) => "by the replay".to_owned(),
-            (Basis::Effects, true) => "decided from effects: the resources the answers name, each read back through the spec's `GET` (the replay did not hold)".to_owned(),
-            (Basis::Effects, false) => "decided from effects: the resources the answers name (the replay did not hold, and the spec has no `GET` to read them back)".to_owned(),
-        }
-    }
-}
 
 /// What the replay check found, and what the checks after it start from.
 pub(super) struct Replay {
@@ -568,17 +549,6 @@ fn original(first: &Answer) -> Exchange {
         "the same key's original request (check `replay`)".into(),
         first,
     )
-}
-
-pub(super) fn outcome(check: &'static Check, verdict: Verdict, evidence: Vec<Exchange>) -> Outcome {
-    Outcome {
-        check,
-        verdict,
-        evidence,
-        tries: None,
-        basis: None,
-        notes: Vec::new(),
-    }
 }
 
 /// The statuses of `candidates` the operation declares, or all of them when

@@ -3,13 +3,72 @@
 //! and the report written in the chosen format.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::run::{Progress, RunReport};
 use super::{Settings, plan, report};
-use crate::cli::{EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, ProbeArgs, ProbeFormat, Terminals};
+use crate::cli::shared::{
+    ColorChoice, EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, Terminals, load_model, use_color,
+};
+
+#[derive(Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// The API description the service is held to.
+    pub spec: PathBuf,
+    /// Apply an OpenAPI Overlay 1.0 file to the spec as it loads; repeatable,
+    /// applied in order.
+    #[arg(long = "overlay", value_name = "FILE")]
+    pub overlays: Vec<PathBuf>,
+    /// Where the service runs (`https://staging.example.com`); paths from
+    /// the spec are appended to it.
+    #[arg(long, value_name = "URL")]
+    pub base_url: String,
+    /// Probe only this operation (operationId, or `METHOD /path`); repeatable.
+    #[arg(long = "operation", value_name = "ID")]
+    pub operations: Vec<String>,
+    /// A header every request carries, such as the caller's credential; repeatable.
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// Another caller's identity, which replaces the header of the same name
+    /// for the caller-isolation check.
+    #[arg(long, value_name = "NAME: VALUE")]
+    pub second_caller: Option<String>,
+    /// The value of a path, query, header or cookie parameter, by its name
+    /// in the spec (`--param account_id=acct_123`); repeatable.
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
+    /// The request body of operation ID, from FILE; repeatable.
+    #[arg(long = "body", value_name = "ID=@FILE")]
+    pub bodies: Vec<String>,
+    /// Identical requests sent at once by the concurrency check.
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u16).range(2..=1000))]
+    pub concurrency: u16,
+    /// Seconds each request may take.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub timeout: u64,
+    #[arg(long, value_enum, default_value_t = ProbeFormat::Human)]
+    pub format: ProbeFormat,
+    /// Print the plan (operations, checks, request counts) and send nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Consent to the state-changing requests the probe sends.
+    #[arg(long)]
+    pub allow_writes: bool,
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+}
+
+/// How `idem probe` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProbeFormat {
+    Human,
+    Json,
+    Sarif,
+    Junit,
+}
 
 /// Run `idem probe`; returns the exit code.
 pub fn run(
@@ -18,9 +77,9 @@ pub fn run(
     stderr: &mut dyn Write,
     terminals: Terminals,
 ) -> std::io::Result<i32> {
-    let color = crate::cli::use_color(args.color, terminals.stdout);
-    let err_color = crate::cli::use_color(args.color, terminals.stderr);
-    let Some(model) = crate::cli::load_model(&args.spec, &args.overlays, stderr, err_color)? else {
+    let color = use_color(args.color, terminals.stdout);
+    let err_color = use_color(args.color, terminals.stderr);
+    let Some(model) = load_model(&args.spec, &args.overlays, stderr, err_color)? else {
         return Ok(EXIT_ERROR);
     };
     let mut settings = Settings {

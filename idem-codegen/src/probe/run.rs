@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::checks::{Basis, outcome};
 use super::{Check, CheckKind, KeyMaker, KeyPlace, Plan, REPLAY, Settings, Target};
 use crate::model::Model;
 
@@ -88,6 +87,36 @@ pub struct Outcome {
     /// What the service does that idem's protocol advises against and the
     /// spec does not forbid: advice, never a failure.
     pub notes: Vec<String>,
+}
+
+/// How the checks after the replay judge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Basis {
+    /// By a working replay: the original's body, the replay header.
+    Replay,
+    /// By the resources the answers name.
+    Effects,
+}
+
+impl Basis {
+    pub(super) fn describe(self, read_back: bool) -> String {
+        match (self, read_back) {
+            (Basis::Replay, _) => "by the replay".to_owned(),
+            (Basis::Effects, true) => "decided from effects: the resources the answers name, each read back through the spec's `GET` (the replay did not hold)".to_owned(),
+            (Basis::Effects, false) => "decided from effects: the resources the answers name (the replay did not hold, and the spec has no `GET` to read them back)".to_owned(),
+        }
+    }
+}
+
+pub(super) fn outcome(check: &'static Check, verdict: Verdict, evidence: Vec<Exchange>) -> Outcome {
+    Outcome {
+        check,
+        verdict,
+        evidence,
+        tries: None,
+        basis: None,
+        notes: Vec::new(),
+    }
 }
 
 /// One operation's outcomes.

@@ -474,3 +474,14 @@ impl IntoResponse for IdempotencyError {
         )
     }
 }
+
+/// What an extractor of the layer answers on a route the layer is not on.
+pub(crate) fn layer_missing() -> Response {
+    error_response(
+        http::StatusCode::INTERNAL_SERVER_ERROR,
+        "idempotency_layer_missing",
+        "this extractor is only available on routes behind the idempotency layer",
+        false,
+        None,
+    )
+}

@@ -1,9 +1,12 @@
 //! Key validation and request fingerprints.
 
+use axum::extract::FromRequestParts;
+use axum::response::Response;
+use http::request::Parts;
 use http::{HeaderMap, HeaderName, Method};
 use sha2::{Digest, Sha256};
 
-use super::error::KeyProblem;
+use super::error::{KeyProblem, layer_missing};
 
 /// Reads and validates the key header: `Ok(None)` when it is absent.
 pub(crate) fn read_key(
@@ -222,6 +225,28 @@ fn hex(bytes: &[u8]) -> String {
         out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
     out
+}
+
+/// The key of the current request, for handlers that pass a derived key on
+/// to another system.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    /// The caller's scope.
+    pub scope: String,
+    /// The key; `None` for an unkeyed request where the key is optional.
+    pub key: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<IdempotencyKey>()
+            .cloned()
+            .ok_or_else(layer_missing)
+    }
 }
 
 #[cfg(test)]

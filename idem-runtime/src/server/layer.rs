@@ -15,8 +15,9 @@ use tower::{Layer, Service};
 
 use super::config::ClaimAt;
 use super::engine::{Idempotency, Prepared, is_unsafe};
-use super::error::IdempotencyError;
+use super::error::{IdempotencyError, layer_missing};
 use super::gate::Turn;
+use super::key::IdempotencyKey;
 use super::response::is_rejection;
 use super::store::{Backend, BoxFuture};
 use super::support::Inbound;
@@ -28,38 +29,6 @@ struct TxSlot<DB: Backend>(Slot<DB>);
 impl<DB: Backend> Clone for TxSlot<DB> {
     fn clone(&self) -> Self {
         TxSlot(Arc::clone(&self.0))
-    }
-}
-
-fn layer_missing() -> Response {
-    super::error::error_response(
-        http::StatusCode::INTERNAL_SERVER_ERROR,
-        "idempotency_layer_missing",
-        "this extractor is only available on routes behind the idempotency layer",
-        false,
-        None,
-    )
-}
-
-/// The key of the current request, for handlers that pass a derived key on
-/// to another system.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotencyKey {
-    /// The caller's scope.
-    pub scope: String,
-    /// The key; `None` for an unkeyed request where the key is optional.
-    pub key: Option<String>,
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts
-            .extensions
-            .get::<IdempotencyKey>()
-            .cloned()
-            .ok_or_else(layer_missing)
     }
 }
 

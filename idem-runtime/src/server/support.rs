@@ -21,7 +21,7 @@ use http::{HeaderName, HeaderValue, StatusCode, header};
 use serde::de::value::{MapDeserializer, SeqDeserializer, StringDeserializer};
 use serde::de::{self, DeserializeOwned, IntoDeserializer, Visitor};
 
-use super::layer::IdempotencyKey;
+use super::key::IdempotencyKey;
 use super::response::Reply;
 
 /// The default cap on a request body read by a route without a key (keyed
