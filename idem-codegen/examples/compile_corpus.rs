@@ -93,48 +93,8 @@ fn main() {
     let results = option("--results").map(PathBuf::from);
     let filters = args;
     // (path relative to the specs folder, whether it is a root to generate)
-    let (specs_dir, listed): (PathBuf, Vec<String>) = match &dir {
-        Some(dir) => match bench_support::documents(dir) {
-            Ok(found) => {
-                let relative: Vec<String> = found
-                    .iter()
-                    .filter_map(|p| p.strip_prefix(dir).ok())
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .collect();
-                let chosen = match sample {
-                    Some(n) => bench_support::sample(&relative, n, seed),
-                    None => relative,
-                };
-                (dir.clone(), chosen)
-            }
-            Err(e) => {
-                eprintln!("error: cannot read {}: {e}", dir.display());
-                std::process::exit(2);
-            }
-        },
-        None => {
-            let specs_dir = std::env::var_os("IDEM_SPECS_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| workspace.join("../shared/specs"));
-            let manifest = match std::fs::read_to_string(specs_dir.join("MANIFEST.tsv")) {
-                Ok(m) => m,
-                Err(e) => {
-                    eprintln!("skipped: no corpus at {} ({e})", specs_dir.display());
-                    return;
-                }
-            };
-            let roots = manifest
-                .lines()
-                .skip(1)
-                .filter_map(|line| {
-                    let columns: Vec<&str> = line.split('\t').collect();
-                    let (path, version) = (columns.first()?, columns.get(5)?);
-                    (version.starts_with("openapi 3") || version.starts_with("swagger 2"))
-                        .then(|| (*path).to_owned())
-                })
-                .collect();
-            (specs_dir, roots)
-        }
+    let Some((specs_dir, listed)) = listed_specs(&workspace, dir.as_ref(), sample, seed) else {
+        return;
     };
     let out = workspace.join("target/corpus");
     let mut members = Vec::new();
@@ -205,93 +165,13 @@ fn main() {
         };
         let Some(model) = model else { continue };
         // As a user of part of a large API builds it.
-        for (suffix, what) in [("filtered", Part::Filtered), ("gated", Part::Gated)] {
-            let started = Instant::now();
-            let part_name = format!("{name}-{suffix}");
-            let built = (|| -> Result<(String, Generated), String> {
-                let (label, generated) = match what {
-                    Part::Filtered => {
-                        // The model is narrowed in place: a fresh one.
-                        let document = idem_codegen::load::Document::load(&specs_dir.join(path))
-                            .map_err(|f| format!("load: {}", f.error))?;
-                        let mut part = idem_codegen::model::build(
-                            document,
-                            &idem_codegen::audit::rule_names(),
-                        )
-                        .map_err(|f| format!("model: {}", f.error))?;
-                        let (label, selection) = selection_of(&part);
-                        selection.narrow(&mut part).map_err(|e| e.to_string())?;
-                        let options = Options {
-                            client: true,
-                            server: false,
-                            feature_groups: false,
-                        };
-                        (label, generate(&part, &options).map_err(|e| e.to_string())?)
-                    }
-                    Part::Gated => {
-                        let options = Options {
-                            client: true,
-                            server: false,
-                            feature_groups: true,
-                        };
-                        (
-                            String::new(),
-                            generate(&model, &options).map_err(|e| e.to_string())?,
-                        )
-                    }
-                };
-                write(&part_name, &generated, &model.title)?;
-                Ok((label, generated))
-            })();
-            let generate_ms = started.elapsed().as_millis();
-            match built {
-                Ok((label, generated)) => {
-                    members.push(part_name.clone());
-                    let features = &generated.cargo_features;
-                    let configs: Vec<(String, Vec<String>)> = match what {
-                        Part::Filtered => vec![(format!("{path} [{label}]"), Vec::new())],
-                        Part::Gated => {
-                            let mut picks: Vec<&String> = [
-                                features.first(),
-                                features.get(features.len() / 2),
-                                features.last(),
-                            ]
-                            .into_iter()
-                            .flatten()
-                            .collect();
-                            picks.dedup();
-                            picks
-                                .into_iter()
-                                .map(|f| {
-                                    (
-                                        format!("{path} [feature {f} alone]"),
-                                        vec![
-                                            "--no-default-features".to_owned(),
-                                            "--features".to_owned(),
-                                            f.clone(),
-                                        ],
-                                    )
-                                })
-                                .collect()
-                        }
-                    };
-                    for (spec, check_args) in configs {
-                        rows.push(Row {
-                            spec,
-                            result: part_name.clone(),
-                            lines: generated.lines,
-                            groups: groups(&generated.items),
-                            numbered: numbered(&generated.items),
-                            generate_ms,
-                            check_ms: 0,
-                            check_args,
-                            untyped: BTreeMap::new(),
-                        });
-                    }
-                }
-                Err(e) => rows.push(Row::failed(format!("{path} [{suffix}]"), &e, generate_ms)),
-            }
-        }
+        let at = Large {
+            specs_dir: &specs_dir,
+            path,
+            name: &name,
+            model: &model,
+        };
+        parts(&at, &write, &mut members, &mut rows);
     }
     let members_toml: Vec<String> = members.iter().map(|m| format!("{m:?}")).collect();
     let root = format!(
@@ -302,111 +182,8 @@ fn main() {
         eprintln!("error: cannot write the corpus workspace: {e}");
         std::process::exit(2);
     }
-    let mut failures = 0;
-    for row in &mut rows {
-        if row.result.starts_with("FAIL") {
-            failures += 1;
-            continue;
-        }
-        let started = Instant::now();
-        let mut command = Command::new(env!("CARGO"));
-        // The rustc beside this cargo: run outside `cargo run`, a rustup
-        // proxy would otherwise pick a toolchain from each dependency's own
-        // `rust-toolchain` file.
-        let rustc = Path::new(env!("CARGO")).with_file_name("rustc");
-        if std::env::var_os("RUSTC").is_none() && rustc.is_file() {
-            command.env("RUSTC", rustc);
-        }
-        let status = command
-            .args([
-                "check",
-                "--quiet",
-                "--message-format=short",
-                "-p",
-                &row.result,
-            ])
-            .args(&row.check_args)
-            .current_dir(&out)
-            .env("RUSTFLAGS", "-D warnings")
-            .env("CARGO_TARGET_DIR", out.join("target"))
-            .output();
-        row.check_ms = started.elapsed().as_millis();
-        row.result = match status {
-            Ok(o) if o.status.success() => "ok".to_owned(),
-            Ok(o) => {
-                failures += 1;
-                let stderr = String::from_utf8_lossy(&o.stderr);
-                let first = stderr
-                    .lines()
-                    .find(|l| l.contains("error") || l.contains("warning"))
-                    .unwrap_or("")
-                    .to_owned();
-                eprintln!(
-                    "--- {}\n{}",
-                    row.spec,
-                    stderr.lines().take(40).collect::<Vec<_>>().join("\n")
-                );
-                format!("FAIL check: {first}")
-            }
-            Err(e) => {
-                failures += 1;
-                format!("FAIL check: {e}")
-            }
-        };
-        eprintln!("{:<58} {}", row.spec, row.result);
-    }
-    let mut table = String::from(
-        "| spec | result | lines | groups | numbered names | untyped | free-form | generate ms | check ms |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-    );
-    let mut reasons: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-    for row in &rows {
-        let free = row
-            .untyped
-            .get(bench_support::FREE_FORM)
-            .copied()
-            .unwrap_or(0);
-        let all: usize = row.untyped.values().sum();
-        table.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {free} | {} | {} |\n",
-            row.spec,
-            row.result,
-            row.lines,
-            row.groups,
-            row.numbered,
-            all - free,
-            row.generate_ms,
-            row.check_ms
-        ));
-        for (reason, n) in &row.untyped {
-            let entry = reasons.entry(reason).or_default();
-            entry.0 += n;
-            entry.1 += 1;
-        }
-    }
-    table.push_str(&format!(
-        "\nnumbered names in all: {}\n",
-        rows.iter().map(|r| r.numbered).sum::<usize>()
-    ));
-    let mut reasons: Vec<_> = reasons.into_iter().collect();
-    reasons.sort_by_key(|(_, (n, _))| std::cmp::Reverse(*n));
-    table.push_str(
-        "\n| `serde_json::Value` fields, by reason | fields | crates |\n| --- | ---: | ---: |\n",
-    );
-    for (reason, (n, crates)) in &reasons {
-        table.push_str(&format!("| {reason} | {n} | {crates} |\n"));
-    }
-    let total = rows.len();
-    table.push_str(&format!(
-        "\n{} of {total} compile with no warnings\n",
-        total - failures
-    ));
-    if let (Some(dir), Some(n)) = (&dir, sample) {
-        table.push_str(&format!(
-            "(a sample of {n} of the documents under {}, seed {seed})\n",
-            dir.display()
-        ));
-    }
+    let failures = check(&out, &mut rows);
+    let table = table(&rows, failures, dir.as_ref().zip(sample), seed);
     print!("{table}");
     if let Some(path) = &results
         && let Err(e) = std::fs::write(path, &table)
@@ -485,4 +262,284 @@ fn numbered(code: &str) -> usize {
                 && (idents.contains(stem) || RESERVED.contains(&stem))
         })
         .count()
+}
+
+/// The documents to generate, relative to the folder they are in: a seeded
+/// sample of `--dir`, or the roots `../shared/specs` lists; `None` (said)
+/// when there is no corpus.
+fn listed_specs(
+    workspace: &Path,
+    dir: Option<&PathBuf>,
+    sample: Option<usize>,
+    seed: u64,
+) -> Option<(PathBuf, Vec<String>)> {
+    match dir {
+        Some(dir) => match bench_support::documents(dir) {
+            Ok(found) => {
+                let relative: Vec<String> = found
+                    .iter()
+                    .filter_map(|p| p.strip_prefix(dir).ok())
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .collect();
+                let chosen = match sample {
+                    Some(n) => bench_support::sample(&relative, n, seed),
+                    None => relative,
+                };
+                Some((dir.clone(), chosen))
+            }
+            Err(e) => {
+                eprintln!("error: cannot read {}: {e}", dir.display());
+                std::process::exit(2);
+            }
+        },
+        None => {
+            let specs_dir = std::env::var_os("IDEM_SPECS_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| workspace.join("../shared/specs"));
+            let manifest = match std::fs::read_to_string(specs_dir.join("MANIFEST.tsv")) {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("skipped: no corpus at {} ({e})", specs_dir.display());
+                    return None;
+                }
+            };
+            let roots = manifest
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let columns: Vec<&str> = line.split('\t').collect();
+                    let (path, version) = (columns.first()?, columns.get(5)?);
+                    (version.starts_with("openapi 3") || version.starts_with("swagger 2"))
+                        .then(|| (*path).to_owned())
+                })
+                .collect();
+            Some((specs_dir, roots))
+        }
+    }
+}
+
+/// `cargo check`s every generated crate with warnings denied; the failures.
+fn check(out: &Path, rows: &mut [Row]) -> usize {
+    let mut failures = 0;
+    for row in rows.iter_mut() {
+        if row.result.starts_with("FAIL") {
+            failures += 1;
+            continue;
+        }
+        let started = Instant::now();
+        let mut command = Command::new(env!("CARGO"));
+        // The rustc beside this cargo: run outside `cargo run`, a rustup
+        // proxy would otherwise pick a toolchain from each dependency's own
+        // `rust-toolchain` file.
+        let rustc = Path::new(env!("CARGO")).with_file_name("rustc");
+        if std::env::var_os("RUSTC").is_none() && rustc.is_file() {
+            command.env("RUSTC", rustc);
+        }
+        let status = command
+            .args([
+                "check",
+                "--quiet",
+                "--message-format=short",
+                "-p",
+                &row.result,
+            ])
+            .args(&row.check_args)
+            .current_dir(out)
+            .env("RUSTFLAGS", "-D warnings")
+            .env("CARGO_TARGET_DIR", out.join("target"))
+            .output();
+        row.check_ms = started.elapsed().as_millis();
+        row.result = match status {
+            Ok(o) if o.status.success() => "ok".to_owned(),
+            Ok(o) => {
+                failures += 1;
+                let stderr = String::from_utf8_lossy(&o.stderr);
+                let first = stderr
+                    .lines()
+                    .find(|l| l.contains("error") || l.contains("warning"))
+                    .unwrap_or("")
+                    .to_owned();
+                eprintln!(
+                    "--- {}\n{}",
+                    row.spec,
+                    stderr.lines().take(40).collect::<Vec<_>>().join("\n")
+                );
+                format!("FAIL check: {first}")
+            }
+            Err(e) => {
+                failures += 1;
+                format!("FAIL check: {e}")
+            }
+        };
+        eprintln!("{:<58} {}", row.spec, row.result);
+    }
+    failures
+}
+
+/// The results table: a row per crate, the untyped fields by reason, and
+/// the count that compiles.
+fn table(rows: &[Row], failures: usize, sampled: Option<(&PathBuf, usize)>, seed: u64) -> String {
+    let mut table = String::from(
+        "| spec | result | lines | groups | numbered names | untyped | free-form | generate ms | check ms |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    let mut reasons: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for row in rows {
+        let free = row
+            .untyped
+            .get(bench_support::FREE_FORM)
+            .copied()
+            .unwrap_or(0);
+        let all: usize = row.untyped.values().sum();
+        table.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {free} | {} | {} |\n",
+            row.spec,
+            row.result,
+            row.lines,
+            row.groups,
+            row.numbered,
+            all - free,
+            row.generate_ms,
+            row.check_ms
+        ));
+        for (reason, n) in &row.untyped {
+            let entry = reasons.entry(reason).or_default();
+            entry.0 += n;
+            entry.1 += 1;
+        }
+    }
+    table.push_str(&format!(
+        "\nnumbered names in all: {}\n",
+        rows.iter().map(|r| r.numbered).sum::<usize>()
+    ));
+    let mut reasons: Vec<_> = reasons.into_iter().collect();
+    reasons.sort_by_key(|(_, (n, _))| std::cmp::Reverse(*n));
+    table.push_str(
+        "\n| `serde_json::Value` fields, by reason | fields | crates |\n| --- | ---: | ---: |\n",
+    );
+    for (reason, (n, crates)) in &reasons {
+        table.push_str(&format!("| {reason} | {n} | {crates} |\n"));
+    }
+    let total = rows.len();
+    table.push_str(&format!(
+        "\n{} of {total} compile with no warnings\n",
+        total - failures
+    ));
+    if let Some((dir, n)) = sampled {
+        table.push_str(&format!(
+            "(a sample of {n} of the documents under {}, seed {seed})\n",
+            dir.display()
+        ));
+    }
+    table
+}
+
+/// A large document, generated whole; its filtered and gated crates are
+/// generated beside it.
+struct Large<'a> {
+    specs_dir: &'a Path,
+    path: &'a str,
+    name: &'a str,
+    model: &'a Model,
+}
+
+/// The large document as a user of part of it builds it: filtered to a few
+/// operations, and whole with each group a feature (three checked alone).
+fn parts(
+    at: &Large<'_>,
+    write: &dyn Fn(&str, &Generated, &str) -> Result<(), String>,
+    members: &mut Vec<String>,
+    rows: &mut Vec<Row>,
+) {
+    let Large {
+        specs_dir,
+        path,
+        name,
+        model,
+    } = *at;
+    for (suffix, what) in [("filtered", Part::Filtered), ("gated", Part::Gated)] {
+        let started = Instant::now();
+        let part_name = format!("{name}-{suffix}");
+        let built = (|| -> Result<(String, Generated), String> {
+            let (label, generated) = match what {
+                Part::Filtered => {
+                    // The model is narrowed in place: a fresh one.
+                    let document = idem_codegen::load::Document::load(&specs_dir.join(path))
+                        .map_err(|f| format!("load: {}", f.error))?;
+                    let mut part =
+                        idem_codegen::model::build(document, &idem_codegen::audit::rule_names())
+                            .map_err(|f| format!("model: {}", f.error))?;
+                    let (label, selection) = selection_of(&part);
+                    selection.narrow(&mut part).map_err(|e| e.to_string())?;
+                    let options = Options {
+                        client: true,
+                        server: false,
+                        feature_groups: false,
+                    };
+                    (label, generate(&part, &options).map_err(|e| e.to_string())?)
+                }
+                Part::Gated => {
+                    let options = Options {
+                        client: true,
+                        server: false,
+                        feature_groups: true,
+                    };
+                    (
+                        String::new(),
+                        generate(model, &options).map_err(|e| e.to_string())?,
+                    )
+                }
+            };
+            write(&part_name, &generated, &model.title)?;
+            Ok((label, generated))
+        })();
+        let generate_ms = started.elapsed().as_millis();
+        match built {
+            Ok((label, generated)) => {
+                members.push(part_name.clone());
+                let features = &generated.cargo_features;
+                let configs: Vec<(String, Vec<String>)> = match what {
+                    Part::Filtered => vec![(format!("{path} [{label}]"), Vec::new())],
+                    Part::Gated => {
+                        let mut picks: Vec<&String> = [
+                            features.first(),
+                            features.get(features.len() / 2),
+                            features.last(),
+                        ]
+                        .into_iter()
+                        .flatten()
+                        .collect();
+                        picks.dedup();
+                        picks
+                            .into_iter()
+                            .map(|f| {
+                                (
+                                    format!("{path} [feature {f} alone]"),
+                                    vec![
+                                        "--no-default-features".to_owned(),
+                                        "--features".to_owned(),
+                                        f.clone(),
+                                    ],
+                                )
+                            })
+                            .collect()
+                    }
+                };
+                for (spec, check_args) in configs {
+                    rows.push(Row {
+                        spec,
+                        result: part_name.clone(),
+                        lines: generated.lines,
+                        groups: groups(&generated.items),
+                        numbered: numbered(&generated.items),
+                        generate_ms,
+                        check_ms: 0,
+                        check_args,
+                        untyped: BTreeMap::new(),
+                    });
+                }
+            }
+            Err(e) => rows.push(Row::failed(format!("{path} [{suffix}]"), &e, generate_ms)),
+        }
+    }
 }

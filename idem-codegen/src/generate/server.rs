@@ -20,43 +20,22 @@ use std::collections::BTreeMap;
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use super::client::{
-    Encoding, body_required, doc_head, encoding_of, is_key_parameter, query_style, response_shape,
-    status_variant,
-};
+use super::client::{doc_head, is_key_parameter, query_style};
 use super::naming::{self, Namer};
 use super::types::{Site, Ty, TypeSpace, doc_attrs, ident};
 use crate::model::SecurityKind;
 use crate::model::{KeySettings, KeySource, Model, Operation, RetryClass};
 use crate::vocab::{ClaimAt, FailureReplay, InFlight, KeyRequirement, Scope};
 
-const RT: &str = "::idem_runtime::server";
+mod inputs;
+mod phased;
+mod replies;
+mod wiring;
 
-fn rt() -> TokenStream {
-    RT.parse().unwrap_or_default()
-}
-
-/// How an operation's method is wired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wiring {
-    /// No key: a plain handler.
-    Plain,
-    /// Behind the idempotency layer, given the key's transaction.
-    Keyed,
-    /// A phased operation: steps recorded one by one, resumable.
-    Phased,
-}
-
-fn wiring(op: &Operation) -> Wiring {
-    let unsafe_method = !matches!(op.method.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE");
-    if op.class != RetryClass::Keyed || !unsafe_method || op.key.source.is_none() {
-        return Wiring::Plain;
-    }
-    match &op.phases {
-        Some(phases) if !phases.value.is_empty() => Wiring::Phased,
-        _ => Wiring::Keyed,
-    }
-}
+use inputs::{InputField, acceptable_check, http_header_name, media_check, request_body};
+use phased::phased;
+use replies::reply_enum;
+use wiring::{Wiring, rt, wiring};
 
 pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
     let rt = rt();
@@ -214,12 +193,6 @@ struct Generated {
     accepted: bool,
 }
 
-/// One input field: its declaration and the expression reading it.
-struct InputField {
-    decl: TokenStream,
-    read: TokenStream,
-}
-
 fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &str) -> Generated {
     let rt = rt();
     let camel = naming::camel(&op.name, "Call");
@@ -234,76 +207,15 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     let mut fields: Vec<InputField> = Vec::new();
     let mut sites: Vec<Site> = Vec::new();
     for p in &op.parameters {
-        if !matches!(p.location.as_str(), "path" | "query" | "header" | "cookie") {
-            continue;
-        }
-        if is_key_parameter(op, p) {
-            continue;
-        }
-        // A phased request is resumed from what the store keeps (method,
-        // path with query, body): its headers are gone by then.
-        if wiring == Wiring::Phased && matches!(p.location.as_str(), "header" | "cookie") {
-            continue;
-        }
-        let field = ident(&field_namer.unique(&naming::snake(&p.name, "value")));
-        let ty = match &p.schema {
-            Some(schema) => space.ty(
-                schema,
-                &format!(
-                    "{camel}{}",
-                    naming::camel(&p.name, if p.location == "path" { "Id" } else { "Value" })
-                ),
-            ),
-            None => Ty::String,
+        let at = Param {
+            op,
+            p,
+            camel: &camel,
+            wiring,
         };
-        let (ty, optional) = match ty {
-            Ty::Option(inner) => (*inner, true),
-            other => (other, !p.required && p.location != "path"),
-        };
-        let tokens = space.tokens(&ty);
-        let wire = &p.name;
-        let label = format!("{}.{wire}", p.location);
-        if let Some(schema) = &p.schema {
-            sites.push(Site {
-                path: label.clone(),
-                ty: if optional && p.location != "path" {
-                    Ty::Option(Box::new(ty.clone()))
-                } else {
-                    ty.clone()
-                },
-                checks: space.checks(schema),
-                value: quote!(&input.#field),
-            });
+        if let Some(field) = parameter_field(space, &at, &mut field_namer, &mut sites) {
+            fields.push(field);
         }
-        let read = match p.location.as_str() {
-            "path" => quote!(inbound.path::<#tokens>(#wire)?),
-            "query" => {
-                let (style, explode) = query_style(p.style.as_deref(), p.explode);
-                quote!(inbound.query::<#tokens>(#wire, #rt::support::Style::#style, #explode)?)
-            }
-            "header" => quote!(inbound.header::<#tokens>(#wire)?),
-            _ => quote!(inbound.cookie::<#tokens>(#wire)?),
-        };
-        let (decl_ty, read) = if p.location == "path" {
-            (tokens, read)
-        } else if optional {
-            (quote!(::std::option::Option<#tokens>), read)
-        } else {
-            (
-                tokens,
-                quote!(#read.ok_or_else(|| #rt::support::Rejection::missing(#label))?),
-            )
-        };
-        let mut doc = p.description.clone().unwrap_or_default();
-        if !doc.is_empty() {
-            doc.push_str("\n\n");
-        }
-        doc.push_str(&format!("`{wire}` ({} parameter).", p.location));
-        let doc = doc_attrs(&doc);
-        fields.push(InputField {
-            decl: quote!(#doc pub #field: #decl_ty,),
-            read: quote!(#field: #read,),
-        });
     }
     let mut items = Vec::new();
     if let Some(body) = request_body(space, op, &camel, wiring, &mut items, &mut sites) {
@@ -325,28 +237,15 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     );
     let input_ident =
         (!fields.is_empty()).then(|| ident(&space.namer.unique(&format!("{camel}Input"))));
+    let reading = Reading {
+        media,
+        accept,
+        validate,
+        reader: &reader,
+    };
     let (input_arg, input_pass) = match &input_ident {
         Some(input) => {
-            let decls = fields.iter().map(|f| &f.decl);
-            let reads = fields.iter().map(|f| &f.read);
-            let doc = format!(" The inputs of [`{method}`](Api::{bare}), typed.");
-            items.push(quote! {
-                #[doc = #doc]
-                #[derive(Debug, Clone, PartialEq)]
-                pub struct #input {
-                    #(#decls)*
-                }
-
-                async fn #reader(inbound: &#rt::support::Inbound) -> ::std::result::Result<#input, #rt::support::Rejection> {
-                    #media
-                    #accept
-                    let input = #input {
-                        #(#reads)*
-                    };
-                    #validate
-                    ::std::result::Result::Ok(input)
-                }
-            });
+            items.push(input_items(&fields, input, method, bare, &reading));
             (Some(quote!(input: #input)), Some(quote!(input)))
         }
         None => (None, None),
@@ -360,16 +259,6 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     let doc = doc_attrs(&method_doc(op, wiring));
     let deprecated = op.deprecated.then(|| quote!(#[deprecated]));
     let input_arg_list = input_arg.iter();
-    let limit = quote!(#rt::support::DEFAULT_BODY_LIMIT);
-    let read_input = match &input_pass {
-        Some(_) => quote! {
-            let input = match #reader(&inbound).await {
-                ::std::result::Result::Ok(input) => input,
-                ::std::result::Result::Err(rejection) => return #rt::Reject(rejection).into_response(),
-            };
-        },
-        None => TokenStream::new(),
-    };
     // Before the claim: a refusal records nothing without being marked so.
     let read_input_unclaimed = match &input_pass {
         Some(_) => quote! {
@@ -380,30 +269,9 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
         },
         None => TokenStream::new(),
     };
-    let pass = input_pass.iter();
     let http_method = format_ident!("{}", op.method.as_str().to_ascii_lowercase());
     let routing = quote!(::idem_runtime::axum::routing);
     let mut accepted = false;
-    // Required header parameters: where one is the caller's scope, a route
-    // without a key identifies the caller as keyed routes do.
-    let required_headers: Vec<&str> = op
-        .parameters
-        .iter()
-        .filter(|p| p.location == "header" && p.required && !is_key_parameter(op, p))
-        .map(|p| p.name.as_str())
-        .collect();
-    let (scope_clone, scope_check) = if required_headers.is_empty() {
-        (TokenStream::new(), TokenStream::new())
-    } else {
-        (
-            quote!(let idem = ::std::clone::Clone::clone(idem);),
-            quote! {
-                if let ::std::result::Result::Err(refusal) = idem.require_scope(inbound.parts(), &[#(#required_headers),*]) {
-                    return refusal.into_response();
-                }
-            },
-        )
-    };
     let (trait_method, route) = match wiring {
         Wiring::Plain => (
             quote! {
@@ -411,20 +279,12 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                 #deprecated
                 fn #method_ident(&self, cx: #rt::support::Context #(, #input_arg_list)*) -> impl ::std::future::Future<Output = ::std::result::Result<#reply_ident, #rt::Fault>> + ::std::marker::Send;
             },
-            quote! {{
-                let api = ::std::sync::Arc::clone(&api);
-                #scope_clone
-                #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| async move {
-                    use ::idem_runtime::axum::response::IntoResponse as _;
-                    let inbound = match #rt::support::Inbound::read(request, #template, #limit).await {
-                        ::std::result::Result::Ok(inbound) => inbound,
-                        ::std::result::Result::Err(rejection) => return rejection.into_response(),
-                    };
-                    #scope_check
-                    #read_input
-                    api.#method_ident(inbound.context() #(, #pass)*).await.into_response()
-                })
-            }},
+            plain_route(
+                op,
+                &http_method,
+                &method_ident,
+                input_pass.as_ref().map(|_| &reader),
+            ),
         ),
         Wiring::Keyed => {
             let policy = policy(op, &mut accepted);
@@ -435,28 +295,15 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                     #deprecated
                     fn #method_ident(&self, cx: #rt::support::Context, tx: #rt::IdemTx<DB> #(, #input_arg_list)*) -> impl ::std::future::Future<Output = ::std::result::Result<#reply_ident, #rt::Fault>> + ::std::marker::Send;
                 },
-                quote! {{
-                    let api = ::std::sync::Arc::clone(&api);
-                    let idem = idem #scoped .with_policy(#policy)?;
-                    #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| async move {
-                        use ::idem_runtime::axum::response::IntoResponse as _;
-                        let keyed = match idem.read_keyed(request, #template).await {
-                            ::std::result::Result::Ok(keyed) => keyed,
-                            ::std::result::Result::Err(refusal) => return refusal,
-                        };
-                        let inbound = keyed.inbound();
-                        #read_input_unclaimed
-                        let cx = inbound.context();
-                        let (tx, claimed) = match keyed.claim().await {
-                            ::std::result::Result::Ok(claimed) => claimed,
-                            ::std::result::Result::Err(answer) => return answer,
-                        };
-                        // Clients called inside derive their keys from this one.
-                        let keyed = cx.clone();
-                        let reply = #rt::support::keyed(&keyed, api.#method_ident(cx, tx #(, #pass)*)).await.into_response();
-                        claimed.finish(reply).await
-                    })
-                }},
+                keyed_route(&KeyedRoute {
+                    template,
+                    http_method: &http_method,
+                    method: &method_ident,
+                    policy,
+                    scoped,
+                    read_input: &read_input_unclaimed,
+                    args: input_pass.iter().map(|p| quote!(, #p)).collect(),
+                }),
             )
         }
         Wiring::Phased => {
@@ -488,20 +335,277 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
             )
         }
     };
-    let route = match op.admission.max_in_flight.as_ref() {
+    Generated {
+        trait_method,
+        items,
+        route: admitted(op, route),
+        accepted,
+    }
+}
+
+/// `route` behind the operation's own in-flight limit, when it declares one.
+fn admitted(op: &Operation, route: TokenStream) -> TokenStream {
+    let rt = rt();
+    match op.admission.max_in_flight.as_ref() {
         Some(max) => {
             let max = proc_macro2::Literal::usize_unsuffixed(max.value as usize);
             quote!(#rt::support::admit_route(#route, #max))
         }
         None => route,
-    };
-    let _ = model;
-    Generated {
-        trait_method,
-        items,
-        route,
-        accepted,
     }
+}
+
+/// A plain operation's route: the request read, the caller identified when
+/// a required header names it, the inputs read, and the handler's answer.
+/// `reader`: the input reader, when the operation has inputs.
+fn plain_route(
+    op: &Operation,
+    http_method: &proc_macro2::Ident,
+    method: &proc_macro2::Ident,
+    reader: Option<&proc_macro2::Ident>,
+) -> TokenStream {
+    let rt = rt();
+    let routing = quote!(::idem_runtime::axum::routing);
+    let template = &op.path;
+    let args = reader.map(|_| quote!(, input));
+    let limit = quote!(#rt::support::DEFAULT_BODY_LIMIT);
+    let read_input = match reader {
+        Some(reader) => quote! {
+            let input = match #reader(&inbound).await {
+                ::std::result::Result::Ok(input) => input,
+                ::std::result::Result::Err(rejection) => return #rt::Reject(rejection).into_response(),
+            };
+        },
+        None => TokenStream::new(),
+    };
+    // Required header parameters: where one is the caller's scope, a route
+    // without a key identifies the caller as keyed routes do.
+    let required_headers: Vec<&str> = op
+        .parameters
+        .iter()
+        .filter(|p| p.location == "header" && p.required && !is_key_parameter(op, p))
+        .map(|p| p.name.as_str())
+        .collect();
+    let (scope_clone, scope_check) = if required_headers.is_empty() {
+        (TokenStream::new(), TokenStream::new())
+    } else {
+        (
+            quote!(let idem = ::std::clone::Clone::clone(idem);),
+            quote! {
+                if let ::std::result::Result::Err(refusal) = idem.require_scope(inbound.parts(), &[#(#required_headers),*]) {
+                    return refusal.into_response();
+                }
+            },
+        )
+    };
+    quote! {{
+        let api = ::std::sync::Arc::clone(&api);
+        #scope_clone
+        #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| async move {
+            use ::idem_runtime::axum::response::IntoResponse as _;
+            let inbound = match #rt::support::Inbound::read(request, #template, #limit).await {
+                ::std::result::Result::Ok(inbound) => inbound,
+                ::std::result::Result::Err(rejection) => return rejection.into_response(),
+            };
+            #scope_check
+            #read_input
+            api.#method(inbound.context() #args).await.into_response()
+        })
+    }}
+}
+
+/// What the route of a keyed operation is made of.
+struct KeyedRoute<'r> {
+    template: &'r str,
+    http_method: &'r proc_macro2::Ident,
+    method: &'r proc_macro2::Ident,
+    policy: TokenStream,
+    scoped: TokenStream,
+    read_input: &'r TokenStream,
+    /// `, input` when the operation has inputs.
+    args: TokenStream,
+}
+
+/// A keyed operation's route: the key read, the inputs read before the
+/// claim, the claim, the handler in the key's transaction, and the reply
+/// stored as the claim finishes.
+fn keyed_route(r: &KeyedRoute<'_>) -> TokenStream {
+    let rt = rt();
+    let routing = quote!(::idem_runtime::axum::routing);
+    let KeyedRoute {
+        template,
+        http_method,
+        method,
+        policy,
+        scoped,
+        read_input,
+        args,
+    } = r;
+    quote! {{
+        let api = ::std::sync::Arc::clone(&api);
+        let idem = idem #scoped .with_policy(#policy)?;
+        #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| async move {
+            use ::idem_runtime::axum::response::IntoResponse as _;
+            let keyed = match idem.read_keyed(request, #template).await {
+                ::std::result::Result::Ok(keyed) => keyed,
+                ::std::result::Result::Err(refusal) => return refusal,
+            };
+            let inbound = keyed.inbound();
+            #read_input
+            let cx = inbound.context();
+            let (tx, claimed) = match keyed.claim().await {
+                ::std::result::Result::Ok(claimed) => claimed,
+                ::std::result::Result::Err(answer) => return answer,
+            };
+            // Clients called inside derive their keys from this one.
+            let keyed = cx.clone();
+            let reply = #rt::support::keyed(&keyed, api.#method(cx, tx #args)).await.into_response();
+            claimed.finish(reply).await
+        })
+    }}
+}
+
+/// What the input reader checks around reading the fields: the media
+/// type, `Accept`, and the deferred schema checks.
+struct Reading<'r> {
+    media: Option<TokenStream>,
+    accept: Option<TokenStream>,
+    validate: TokenStream,
+    reader: &'r proc_macro2::Ident,
+}
+
+/// The input struct of an operation and the function that reads a request
+/// into it, refusing what the spec does not allow.
+fn input_items(
+    fields: &[InputField],
+    input: &proc_macro2::Ident,
+    method: &str,
+    bare: &str,
+    reading: &Reading<'_>,
+) -> TokenStream {
+    let rt = rt();
+    let Reading {
+        media,
+        accept,
+        validate,
+        reader,
+    } = reading;
+    let decls = fields.iter().map(|f| &f.decl);
+    let reads = fields.iter().map(|f| &f.read);
+    let doc = format!(" The inputs of [`{method}`](Api::{bare}), typed.");
+    quote! {
+        #[doc = #doc]
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct #input {
+            #(#decls)*
+        }
+
+        async fn #reader(inbound: &#rt::support::Inbound) -> ::std::result::Result<#input, #rt::support::Rejection> {
+            #media
+            #accept
+            let input = #input {
+                #(#reads)*
+            };
+            #validate
+            ::std::result::Result::Ok(input)
+        }
+    }
+}
+
+/// One parameter of an operation, as its input struct sees it.
+struct Param<'o> {
+    op: &'o Operation,
+    p: &'o crate::model::Parameter,
+    camel: &'o str,
+    wiring: Wiring,
+}
+
+/// A path, query, header or cookie parameter as a field of the input struct
+/// and how the router reads it; `None` for the key, for a header a resumed
+/// phased request no longer has, and for other locations.
+fn parameter_field(
+    space: &mut TypeSpace<'_>,
+    at: &Param<'_>,
+    field_namer: &mut Namer,
+    sites: &mut Vec<Site>,
+) -> Option<InputField> {
+    let rt = rt();
+    let Param {
+        op,
+        p,
+        camel,
+        wiring,
+    } = *at;
+    if !matches!(p.location.as_str(), "path" | "query" | "header" | "cookie") {
+        return None;
+    }
+    if is_key_parameter(op, p) {
+        return None;
+    }
+    // A phased request is resumed from what the store keeps (method,
+    // path with query, body): its headers are gone by then.
+    if wiring == Wiring::Phased && matches!(p.location.as_str(), "header" | "cookie") {
+        return None;
+    }
+    let field = ident(&field_namer.unique(&naming::snake(&p.name, "value")));
+    let ty = match &p.schema {
+        Some(schema) => space.ty(
+            schema,
+            &format!(
+                "{camel}{}",
+                naming::camel(&p.name, if p.location == "path" { "Id" } else { "Value" })
+            ),
+        ),
+        None => Ty::String,
+    };
+    let (ty, optional) = match ty {
+        Ty::Option(inner) => (*inner, true),
+        other => (other, !p.required && p.location != "path"),
+    };
+    let tokens = space.tokens(&ty);
+    let wire = &p.name;
+    let label = format!("{}.{wire}", p.location);
+    if let Some(schema) = &p.schema {
+        sites.push(Site {
+            path: label.clone(),
+            ty: if optional && p.location != "path" {
+                Ty::Option(Box::new(ty.clone()))
+            } else {
+                ty.clone()
+            },
+            checks: space.checks(schema),
+            value: quote!(&input.#field),
+        });
+    }
+    let read = match p.location.as_str() {
+        "path" => quote!(inbound.path::<#tokens>(#wire)?),
+        "query" => {
+            let (style, explode) = query_style(p.style.as_deref(), p.explode);
+            quote!(inbound.query::<#tokens>(#wire, #rt::support::Style::#style, #explode)?)
+        }
+        "header" => quote!(inbound.header::<#tokens>(#wire)?),
+        _ => quote!(inbound.cookie::<#tokens>(#wire)?),
+    };
+    let (decl_ty, read) = if p.location == "path" {
+        (tokens, read)
+    } else if optional {
+        (quote!(::std::option::Option<#tokens>), read)
+    } else {
+        (
+            tokens,
+            quote!(#read.ok_or_else(|| #rt::support::Rejection::missing(#label))?),
+        )
+    };
+    let mut doc = p.description.clone().unwrap_or_default();
+    if !doc.is_empty() {
+        doc.push_str("\n\n");
+    }
+    doc.push_str(&format!("`{wire}` ({} parameter).", p.location));
+    let doc = doc_attrs(&doc);
+    Some(InputField {
+        decl: quote!(#doc pub #field: #decl_ty,),
+        read: quote!(#field: #read,),
+    })
 }
 
 /// `.scoped_by_credential(…)?` for an operation whose keys are scoped by
@@ -637,608 +741,6 @@ fn policy(op: &Operation, accepted: &mut bool) -> TokenStream {
         calls.push(quote!(.replay_header(#h)));
     }
     quote!(#rt::Policy::new() #(#calls)*)
-}
-
-fn http_header_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
-/// The body field of the input, and any enum it needs.
-fn request_body(
-    space: &mut TypeSpace<'_>,
-    op: &Operation,
-    camel: &str,
-    wiring: Wiring,
-    items: &mut Vec<TokenStream>,
-    sites: &mut Vec<Site>,
-) -> Option<InputField> {
-    let rt = rt();
-    let body = op.request_body.as_ref()?;
-    let mut choices = Vec::new();
-    for media in &body.media {
-        let enc = encoding_of(&media.media_type);
-        if !choices.iter().any(|(_, e, _)| *e == enc) {
-            choices.push((media, enc, Ty::Unit));
-        }
-    }
-    if choices.is_empty() {
-        return None;
-    }
-    // A resumed phased request has no content type: it reads its first.
-    if wiring == Wiring::Phased {
-        choices.truncate(1);
-    }
-    let single = choices.len() == 1;
-    for (media, enc, ty) in &mut choices {
-        let context = if single {
-            format!("{camel}Request")
-        } else {
-            format!("{camel}Request{}", super::client::encoding_name(*enc))
-        };
-        let t = match (&*enc, &media.schema) {
-            (Encoding::Text, _) => Ty::String,
-            (Encoding::Bytes, _) => Ty::Bytes,
-            (_, Some(schema)) => space.ty(schema, &context),
-            (_, None) => Ty::Value,
-        };
-        *ty = match t {
-            Ty::Option(inner) => *inner,
-            other => other,
-        };
-    }
-    let read = |enc: Encoding, ty: &TokenStream| match enc {
-        Encoding::Json => quote!(inbound.json::<#ty>()?),
-        Encoding::Form => quote!(inbound.form::<#ty>()?),
-        Encoding::Multipart => quote!(inbound.multipart::<#ty>().await?),
-        Encoding::Text => quote!(inbound.text()?),
-        Encoding::Bytes => quote!(inbound.bytes()),
-    };
-    let (decl_ty, value) = if single {
-        let (media, enc, ty) = &choices[0];
-        if let (Encoding::Json | Encoding::Form | Encoding::Multipart, Some(schema)) =
-            (enc, &media.schema)
-        {
-            sites.push(Site {
-                path: "body".to_owned(),
-                ty: if body_required(op) {
-                    ty.clone()
-                } else {
-                    Ty::Option(Box::new(ty.clone()))
-                },
-                checks: space.checks(schema),
-                value: quote!(&input.body),
-            });
-        }
-        let tokens = space.tokens(ty);
-        (tokens.clone(), read(*enc, &tokens))
-    } else {
-        let enum_ident = ident(&space.namer.unique(&format!("{camel}RequestBody")));
-        let mut namer = Namer::default();
-        let mut variants = Vec::new();
-        let mut arms = Vec::new();
-        let mut accepted = Vec::new();
-        for (media, enc, ty) in &choices {
-            let tokens = space.tokens(ty);
-            let variant = ident(&namer.unique(super::client::encoding_name(*enc)));
-            let media_type = &media.media_type;
-            let doc = format!(" `{media_type}`");
-            variants.push(quote!(#[doc = #doc] #variant(#tokens),));
-            // Every declared type of this encoding reads into the variant
-            // (`application/json` and `application/vnd.x+json` alike).
-            let essences: Vec<String> = body
-                .media
-                .iter()
-                .filter(|m| encoding_of(&m.media_type) == *enc)
-                .map(|m| {
-                    m.media_type
-                        .split(';')
-                        .next()
-                        .unwrap_or("")
-                        .trim()
-                        .to_ascii_lowercase()
-                })
-                .fold(Vec::new(), |mut all, e| {
-                    if !all.contains(&e) {
-                        all.push(e);
-                    }
-                    all
-                });
-            accepted.extend(essences.iter().cloned());
-            let value = read(*enc, &tokens);
-            arms.push(quote!(#(#essences)|* => #enum_ident::#variant(#value),));
-            if let (Encoding::Json | Encoding::Form | Encoding::Multipart, Some(schema)) =
-                (enc, &media.schema)
-            {
-                // The variant the request arrived in, when it is this one.
-                let pick = if body_required(op) {
-                    quote!(#enum_ident::#variant(value))
-                } else {
-                    quote!(::std::option::Option::Some(#enum_ident::#variant(value)))
-                };
-                sites.push(Site {
-                    path: "body".to_owned(),
-                    ty: Ty::Option(Box::new(ty.clone())),
-                    checks: space.checks(schema),
-                    value: quote! {
-                        &match &input.body {
-                            #pick => ::std::option::Option::Some(value),
-                            _ => ::std::option::Option::None,
-                        }
-                    },
-                });
-            }
-        }
-        let doc = " The request body, in the media type the caller sent.";
-        items.push(quote! {
-            #[doc = #doc]
-            #[derive(Debug, Clone, PartialEq)]
-            pub enum #enum_ident {
-                #(#variants)*
-            }
-        });
-        let value = quote! {
-            match inbound.content_type().as_str() {
-                #(#arms)*
-                other => return ::std::result::Result::Err(#rt::support::Rejection::media_type(other, &[#(#accepted),*])),
-            }
-        };
-        (quote!(#enum_ident), value)
-    };
-    let (decl_ty, read) = if body_required(op) {
-        (decl_ty, value)
-    } else {
-        (
-            quote!(::std::option::Option<#decl_ty>),
-            quote!(if inbound.has_body() { ::std::option::Option::Some(#value) } else { ::std::option::Option::None }),
-        )
-    };
-    let mut doc = body.description.clone().unwrap_or_default();
-    if !doc.is_empty() {
-        doc.push_str("\n\n");
-    }
-    doc.push_str("The request body.");
-    let doc = doc_attrs(&doc);
-    Some(InputField {
-        decl: quote!(#doc pub body: #decl_ty,),
-        read: quote!(body: #read,),
-    })
-}
-
-/// Whether the body is required, and the media types the operation
-/// declares for it; `None` without a request body.
-fn media_check(op: &Operation) -> Option<(bool, Vec<String>)> {
-    let body = op.request_body.as_ref()?;
-    let mut accepted: Vec<String> = Vec::new();
-    for media in &body.media {
-        let essence = media.media_type.split(';').next().unwrap_or("").trim();
-        if !essence.is_empty() && !accepted.iter().any(|a| a.eq_ignore_ascii_case(essence)) {
-            accepted.push(essence.to_owned());
-        }
-    }
-    (!accepted.is_empty()).then_some((body_required(op), accepted))
-}
-
-/// The media types the operation answers in, when one of its responses
-/// declares several (only then can `Accept` rule one out).
-fn acceptable_check(op: &Operation) -> Option<Vec<String>> {
-    let several = op.responses.iter().any(|r| r.media.len() > 1);
-    if !several {
-        return None;
-    }
-    let mut offered: Vec<String> = Vec::new();
-    for media in op.responses.iter().flat_map(|r| r.media.iter()) {
-        let essence = media.media_type.split(';').next().unwrap_or("").trim();
-        if !essence.is_empty() && !offered.iter().any(|o| o.eq_ignore_ascii_case(essence)) {
-            offered.push(essence.to_owned());
-        }
-    }
-    Some(offered)
-}
-
-/// One documented response of the reply enum.
-struct Answer {
-    variant: proc_macro2::Ident,
-    status: String,
-    /// The body type and how it is written.
-    body: Option<(Ty, Encoding, String)>,
-    /// Documented headers: field, wire name, type.
-    headers: Vec<(proc_macro2::Ident, String, Ty)>,
-}
-
-fn reply_enum(
-    space: &mut TypeSpace<'_>,
-    op: &Operation,
-    camel: &str,
-    reply_ident: &proc_macro2::Ident,
-    items: &mut Vec<TokenStream>,
-) -> TokenStream {
-    let rt = rt();
-    let has_success = op.responses.iter().any(|r| r.status.starts_with('2'));
-    let mut namer = Namer::reserving(&["Undocumented"]);
-    let mut answers = Vec::new();
-    for response in &op.responses {
-        let shape = response_shape(space, response, camel, has_success);
-        let body = shape.body.map(|b| (b.ty, b.enc, b.media));
-        let mut header_namer = Namer::reserving(&["body", "status"]);
-        let headers = shape
-            .headers
-            .into_iter()
-            .filter(|(name, _)| http_header_name(name))
-            .map(|(name, ty)| {
-                (
-                    ident(&header_namer.unique(&naming::snake(&name, "header"))),
-                    name,
-                    ty,
-                )
-            })
-            .collect();
-        answers.push(Answer {
-            variant: ident(&namer.unique(&status_variant(&response.status))),
-            status: response.status.clone(),
-            body,
-            headers,
-        });
-    }
-    let mut variants = Vec::new();
-    let mut arms = Vec::new();
-    for a in &answers {
-        let variant = &a.variant;
-        let exact = a.status.parse::<u16>().ok();
-        let (low, high, fallback) = match (exact, a.status.as_str()) {
-            (Some(code), _) => (code, code, code),
-            (None, "default") => (100, 599, 500),
-            (None, range) => {
-                let first = range
-                    .chars()
-                    .next()
-                    .and_then(|c| c.to_digit(10))
-                    .unwrap_or(5);
-                let low = u16::try_from(first * 100).unwrap_or(500);
-                (low, low + 99, low)
-            }
-        };
-        let code = if exact.is_some() {
-            let lit = proc_macro2::Literal::u16_unsuffixed(low);
-            quote!(#lit)
-        } else {
-            let (l, h, f) = (
-                proc_macro2::Literal::u16_unsuffixed(low),
-                proc_macro2::Literal::u16_unsuffixed(high),
-                proc_macro2::Literal::u16_unsuffixed(fallback),
-            );
-            quote!(#rt::support::status_in(status, #l, #h, #f))
-        };
-        let description = op
-            .responses
-            .iter()
-            .find(|r| r.status == a.status)
-            .and_then(|r| r.description.clone())
-            .unwrap_or_default();
-        let mut doc = format!("`{}`", a.status);
-        if !description.trim().is_empty() {
-            doc.push_str(": ");
-            doc.push_str(description.trim());
-        }
-        if exact.is_none() {
-            doc.push_str("\n\nCarries the status to send; one outside the range is sent as ");
-            doc.push_str(&format!("`{fallback}`."));
-        }
-        let doc = doc_attrs(&doc);
-        let write = |value: TokenStream| match &a.body {
-            None => quote!(#rt::support::empty(#code)),
-            Some((_, Encoding::Text, media)) => quote!(#rt::support::text(#code, #media, #value)),
-            Some((_, Encoding::Bytes, media)) => quote!(#rt::support::bytes(#code, #media, #value)),
-            Some((_, _, media)) => quote!(#rt::support::json(#code, #media, &#value)),
-        };
-        let status_field = exact
-            .is_none()
-            .then(|| quote!(::idem_runtime::http::StatusCode));
-        if a.headers.is_empty() {
-            let payload = a.body.as_ref().map(|(ty, _, _)| space.tokens(ty));
-            let reply = write(quote!(body));
-            let (decl, pattern) = match (&status_field, &payload) {
-                (None, None) => (quote!(#variant), quote!(Self::#variant)),
-                (None, Some(p)) => (quote!(#variant(#p)), quote!(Self::#variant(body))),
-                (Some(s), None) => (quote!(#variant(#s)), quote!(Self::#variant(status))),
-                (Some(s), Some(p)) => (
-                    quote!(#variant(#s, #p)),
-                    quote!(Self::#variant(status, body)),
-                ),
-            };
-            variants.push(quote!(#doc #decl,));
-            arms.push(quote!(#pattern => #reply,));
-        } else {
-            // Documented headers: the variant carries a struct.
-            let struct_ident = ident(&space.namer.unique(&format!("{}{}", reply_ident, variant)));
-            let mut fields = Vec::new();
-            if let Some(s) = &status_field {
-                fields.push(quote!(#[doc = " The status to send."] pub status: #s,));
-            }
-            if let Some((ty, _, _)) = &a.body {
-                let t = space.tokens(ty);
-                fields.push(quote!(#[doc = " The response body."] pub body: #t,));
-            }
-            let mut sets = Vec::new();
-            for (field, wire, ty) in &a.headers {
-                let t = space.tokens(ty);
-                let doc = format!(" The `{wire}` response header.");
-                fields.push(quote!(#[doc = #doc] pub #field: ::std::option::Option<#t>,));
-                sets.push(
-                    quote!(reply = #rt::support::header(reply, #wire, answer.#field.as_ref());),
-                );
-            }
-            let doc_struct = format!(" A `{}` answer with its documented headers.", a.status);
-            items.push(quote! {
-                #[doc = #doc_struct]
-                #[derive(Debug, Clone, PartialEq)]
-                pub struct #struct_ident {
-                    #(#fields)*
-                }
-            });
-            let status_bind = status_field
-                .as_ref()
-                .map(|_| quote!(let status = answer.status;));
-            let reply = write(quote!(answer.body));
-            variants.push(quote!(#doc #variant(#struct_ident),));
-            arms.push(quote!(Self::#variant(answer) => {
-                #status_bind
-                let mut reply = #reply;
-                #(#sets)*
-                reply
-            }));
-        }
-    }
-    let doc = format!(
-        " The answers of `{} {}`: one variant per documented status.",
-        op.method, op.path
-    );
-    quote! {
-        #[doc = #doc]
-        #[derive(Debug, Clone)]
-        pub enum #reply_ident {
-            #(#variants)*
-            /// An answer the spec does not document: the explicit escape
-            /// hatch. Prefer adding the status to the spec.
-            Undocumented(#rt::Reply),
-        }
-
-        impl #reply_ident {
-            /// The status, headers and body to send.
-            pub fn into_reply(self) -> #rt::Reply {
-                match self {
-                    #(#arms)*
-                    Self::Undocumented(reply) => reply,
-                }
-            }
-
-            /// This answer as a refusal before anything was done (a body that
-            /// breaks a business rule): on a keyed route the key's claim and
-            /// the transaction's writes roll back and nothing is stored, so a
-            /// corrected retry with the same key runs normally.
-            pub fn unrecorded(self) -> Self {
-                Self::Undocumented(self.into_reply().unrecorded())
-            }
-        }
-
-        impl ::idem_runtime::axum::response::IntoResponse for #reply_ident {
-            fn into_response(self) -> ::idem_runtime::axum::response::Response {
-                ::idem_runtime::axum::response::IntoResponse::into_response(self.into_reply())
-            }
-        }
-    }
-}
-
-struct Phased {
-    items: TokenStream,
-    /// The first stage's type.
-    first: proc_macro2::Ident,
-    /// The completion token's type.
-    done: proc_macro2::Ident,
-    /// The `Operation` adapter's type.
-    operation: proc_macro2::Ident,
-}
-
-/// The typed step API of a phased operation: one stage type per phase, each
-/// consumed by running its phase, and a completion token only the last
-/// stage can produce.
-fn phased(
-    space: &mut TypeSpace<'_>,
-    op: &Operation,
-    camel: &str,
-    method: &str,
-    reply: &proc_macro2::Ident,
-    input: Option<&proc_macro2::Ident>,
-    reader: &proc_macro2::Ident,
-) -> Phased {
-    let rt = rt();
-    let phases: Vec<String> = op
-        .phases
-        .as_ref()
-        .map(|p| p.value.clone())
-        .unwrap_or_default();
-    let first = ident(&space.namer.unique(&format!("{camel}Steps")));
-    let done = ident(&space.namer.unique(&format!("{camel}Done")));
-    let operation = ident(&space.namer.unique(&format!("{camel}Operation")));
-    let mut stages = vec![first.clone()];
-    for phase in &phases {
-        stages.push(ident(
-            &space
-                .namer
-                .unique(&format!("{camel}After{}", naming::camel(phase, "Phase"))),
-        ));
-    }
-    let total = phases.len();
-    let mut items = Vec::new();
-    let bare = method.trim_start_matches("r#");
-    for (index, stage) in stages.iter().enumerate() {
-        let doc = if index == 0 {
-            format!(
-                " The phases of [`{bare}`](Api::{bare}), run in order: {}. Each phase method \
-                 consumes this value and returns the next stage, so none can be skipped.",
-                phases
-                    .iter()
-                    .map(|p| format!("`{p}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        } else {
-            format!(
-                " [`{bare}`](Api::{bare}) after its phase `{}` is recorded.",
-                phases.get(index - 1).map_or("", String::as_str)
-            )
-        };
-        let next = match (phases.get(index), stages.get(index + 1)) {
-            (Some(phase), Some(next_stage)) => {
-                let mut names =
-                    Namer::reserving(&["local", "stop", "finish", "key", "reconciling"]);
-                let step_method = ident(&names.unique(&naming::snake(phase, "phase")));
-                let doc = format!(
-                    "Phase {} of {total}: `{phase}`, a foreign call. Its intent is recorded \
-                     first; `call` gets the key to hand the foreign system (the same on every \
-                     attempt, takeover and completer run) and whether an earlier attempt may \
-                     already have reached it. Its output is recorded as the recovery point: once \
-                     it is, this phase never runs again for this request.\n\n\
-                     When the call does not succeed, `call` says which way: \
-                     `PhaseError::Final(reply)` ends the operation with that documented answer \
-                     (a refusal: stored and replayed to every retry), \
-                     `PhaseError::Transient(reason)` runs the phase again later, on the \
-                     backoff schedule, until it succeeds or the schedule runs out.",
-                    index + 1
-                );
-                let doc = doc_attrs(&doc);
-                quote! {
-                    #doc
-                    pub async fn #step_method<T, F, Fut>(self, call: F) -> ::std::result::Result<(T, #next_stage<'a, DB>), #rt::StepError>
-                    where
-                        T: ::idem_runtime::serde::Serialize + ::idem_runtime::serde::de::DeserializeOwned,
-                        F: ::std::ops::FnOnce(#rt::ForeignCall) -> Fut,
-                        Fut: ::std::future::Future<Output = ::std::result::Result<T, #rt::PhaseError<#reply>>>,
-                    {
-                        let output = self.run.phase(#phase, call, #reply::into_reply).await?;
-                        ::std::result::Result::Ok((output, #next_stage { run: self.run }))
-                    }
-                }
-            }
-            _ => quote! {
-                /// Every phase is recorded: the reply, stored and replayed for
-                /// every retry with this key.
-                pub fn finish(self, reply: #reply) -> #done {
-                    let _ = self.run;
-                    #done(reply)
-                }
-            },
-        };
-        let stop = (index < total).then(|| {
-            quote! {
-                /// Answers now, without the remaining phases (a declined card):
-                /// stored and replayed like any answer.
-                pub fn stop(self, reply: #reply) -> #done {
-                    let _ = self.run;
-                    #done(reply)
-                }
-            }
-        });
-        items.push(quote! {
-            #[doc = #doc]
-            pub struct #stage<'a, DB: #rt::Backend> {
-                run: &'a mut #rt::Run<DB>,
-            }
-
-            impl<DB: #rt::Backend> ::std::fmt::Debug for #stage<'_, DB> {
-                fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                    ::std::fmt::Debug::fmt(&*self.run, f)
-                }
-            }
-
-            impl<'a, DB: #rt::Backend> #stage<'a, DB> {
-                #next
-
-                #stop
-
-                /// A local step: `f`'s writes commit together with the step's
-                /// recorded output; a resumed request gets the output back
-                /// without running `f` again.
-                pub async fn local<T, F>(&mut self, step: &str, f: F) -> ::std::result::Result<T, #rt::StepError>
-                where
-                    T: ::idem_runtime::serde::Serialize + ::idem_runtime::serde::de::DeserializeOwned,
-                    F: for<'t> ::std::ops::FnOnce(&'t mut DB::Connection) -> #rt::BoxFuture<'t, ::std::result::Result<T, #rt::StepError>>,
-                {
-                    self.run.local(step, f).await
-                }
-
-                /// The caller's idempotency key.
-                pub fn key(&self) -> &str {
-                    self.run.key()
-                }
-            }
-        });
-    }
-    let name = &op.name;
-    let template = &op.path;
-    // The live request's content type, before the claim: a resumed one has
-    // no headers left to check.
-    let validate = media_check(op).map(|(required, accepted)| {
-        quote! {
-            fn validate(&self, parts: &::idem_runtime::http::request::Parts, body: &[u8]) -> ::std::result::Result<(), ::std::boxed::Box<#rt::Reply>> {
-                #rt::support::media_type(parts, !body.is_empty(), #required, &[#(#accepted),*])
-                    .map_err(|rejection| ::std::boxed::Box::new(rejection.into_reply()))
-            }
-        }
-    });
-    let (read, pass) = match input {
-        Some(_) => (
-            quote! {
-                let inbound = #rt::support::Inbound::stored(run.method(), run.path(), run.body(), #template)
-                    .map_err(|r| #rt::StepError::Reject(::std::boxed::Box::new(r.into_reply())))?;
-                let input = #reader(&inbound)
-                    .await
-                    .map_err(|r| #rt::StepError::Reject(::std::boxed::Box::new(r.into_reply())))?;
-            },
-            quote!(, input),
-        ),
-        None => (TokenStream::new(), TokenStream::new()),
-    };
-    let method_ident = ident(method);
-    let done_doc =
-        format!(" A finished [`{bare}`](Api::{bare}): only its last stage (or `stop`) makes one.");
-    let op_doc =
-        format!(" Runs [`{bare}`](Api::{bare}) under the key protocol, resumable by name.");
-    items.push(quote! {
-        #[doc = #done_doc]
-        #[derive(Debug)]
-        pub struct #done(#reply);
-
-        #[doc = #op_doc]
-        struct #operation<A> {
-            api: ::std::sync::Arc<A>,
-        }
-
-        impl<DB: #rt::Backend, A: Api<DB>> #rt::Operation<DB> for #operation<A> {
-            fn name(&self) -> &'static str {
-                #name
-            }
-
-            #validate
-
-            fn run<'a>(&'a self, run: &'a mut #rt::Run<DB>) -> #rt::BoxFuture<'a, ::std::result::Result<#rt::Reply, #rt::StepError>> {
-                ::std::boxed::Box::pin(async move {
-                    #read
-                    let steps = #first { run };
-                    let #done(reply) = self.api.#method_ident(steps #pass).await?;
-                    ::std::result::Result::Ok(reply.into_reply())
-                })
-            }
-        }
-    });
-    Phased {
-        items: quote!(#(#items)*),
-        first,
-        done,
-        operation,
-    }
 }
 
 fn method_doc(op: &Operation, wiring: Wiring) -> String {

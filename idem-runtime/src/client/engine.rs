@@ -11,7 +11,7 @@ use reqwest::{RequestBuilder, Response};
 use super::attempt::{self, Got, into_error, why_not_resent};
 
 use super::breaker::{CircuitBreaker, CircuitState, Permit};
-use super::budget::RetryBudget;
+use super::budget::{RetryBudget, RetryCost};
 use super::class::Operation;
 use super::classify::{Observation, Verdict, classify, is_breaker_failure, retry_after};
 use super::clock::{Clock, RandomSource, ThreadRandom, TokioClock};
@@ -220,6 +220,84 @@ impl Attempt {
 struct Prepared<Fut> {
     host: Option<String>,
     future: Fut,
+}
+
+/// A failed attempt, judged: retried at this price (with the failure, for
+/// the checks after it), or the call ends with this.
+enum Priced {
+    Retry(RetryCost, AttemptError),
+    End(Result<Response, RetryError>),
+}
+
+/// One attempt, sent: what was observed, what came back, and how long an
+/// open breaker asks the retry to wait.
+struct Sent {
+    observation: Observation,
+    got: Got,
+    breaker_wait: Duration,
+}
+
+/// The key an inner hop sends: one derived from the inbound key in place of
+/// a minted one, so the outer retry reaches the inner effect with it.
+fn hop_key(
+    inbound: Option<&crate::context::Inbound>,
+    key: Option<IdempotencyKey>,
+    minted: bool,
+    operation: &Operation,
+) -> Option<IdempotencyKey> {
+    match (inbound, key) {
+        (Some(inbound), Some(_)) if minted => inbound
+            .next_inner_key(operation.name)
+            .and_then(|k| IdempotencyKey::new(k).ok())
+            .or_else(|| Some(IdempotencyKey::new_v4())),
+        (_, key) => key,
+    }
+}
+
+/// An attempt's share of the time left: its timeout, and the remaining
+/// deadline it sends.
+fn time_attempt(attempt: &mut Attempt, policy: &RetryPolicy, remaining: Duration) {
+    attempt.remaining = remaining;
+    attempt.timeout = policy.attempt_timeout_for(
+        remaining,
+        policy.max_attempts.saturating_sub(attempt.number) + 1,
+    );
+    if let Some(name) = &policy.deadline_header {
+        let millis = remaining.as_millis().min(u128::from(u64::MAX)) as u64;
+        attempt
+            .headers
+            .insert(name.clone(), HeaderValue::from(millis));
+    }
+}
+
+/// The attempt a call starts from: the key set where the operation carries
+/// it (a header, or the body the caller builds).
+fn first_attempt(
+    operation: &Operation,
+    policy: &RetryPolicy,
+    key: Option<IdempotencyKey>,
+    minted: bool,
+) -> Attempt {
+    let mut attempt = Attempt {
+        number: 0,
+        key: None,
+        remaining: Duration::ZERO,
+        timeout: Duration::ZERO,
+        headers: HeaderMap::new(),
+        minted,
+    };
+    if let Some(key) = key {
+        if operation.body_key.is_some() {
+            // In the body, which the caller builds: no key header.
+            attempt.key = Some(key);
+        } else {
+            attempt.set_key(key, &policy.key_header);
+        }
+    }
+    // Until the first request is built, a minted key may still give way
+    // to one the caller put on the request itself.
+    attempt.minted = minted;
+    attempt
 }
 
 impl RetryClient {
@@ -484,38 +562,14 @@ impl RetryClient {
             }
             None => &*self.policy,
         };
-        let key = match (&inbound, key) {
-            (Some(inbound), Some(_)) if minted => inbound
-                .next_inner_key(operation.name)
-                .and_then(|k| IdempotencyKey::new(k).ok())
-                .or_else(|| Some(IdempotencyKey::new_v4())),
-            (_, key) => key,
-        };
+        let key = hop_key(inbound.as_ref(), key, minted, operation);
         let clock = &*shared.clock;
         shared.counters.calls.fetch_add(1, Ordering::Relaxed);
         let deadline_at = clock.now().checked_add(policy.deadline);
         let left_at =
             |now: Instant| deadline_at.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
 
-        let mut attempt = Attempt {
-            number: 0,
-            key: None,
-            remaining: Duration::ZERO,
-            timeout: Duration::ZERO,
-            headers: HeaderMap::new(),
-            minted,
-        };
-        if let Some(key) = key {
-            if operation.body_key.is_some() {
-                // In the body, which the caller builds: no key header.
-                attempt.key = Some(key);
-            } else {
-                attempt.set_key(key, &policy.key_header);
-            }
-        }
-        // Until the first request is built, a minted key may still give way
-        // to one the caller put on the request itself.
-        attempt.minted = minted;
+        let mut attempt = first_attempt(operation, policy, key, minted);
         let mut server_errors_retried = 0u32;
         let mut previous_wait = Duration::ZERO;
         // What the retry in flight paid the budget: returned if it succeeds.
@@ -533,83 +587,26 @@ impl RetryClient {
                     last: None,
                 });
             }
-            attempt.remaining = remaining;
-            attempt.timeout = policy.attempt_timeout_for(
-                remaining,
-                policy.max_attempts.saturating_sub(attempt.number) + 1,
-            );
-            if let Some(name) = &policy.deadline_header {
-                let millis = remaining.as_millis().min(u128::from(u64::MAX)) as u64;
-                attempt
-                    .headers
-                    .insert(name.clone(), HeaderValue::from(millis));
-            }
+            time_attempt(&mut attempt, policy, remaining);
 
-            // Retry → circuit breaker → call: the breaker sees every attempt,
-            // and a refused one is never even prepared when the host is known.
-            let mut breaker_wait = Duration::ZERO;
-            let mut permit: Option<Permit> = None;
-            let mut refused_host: Option<String> = None;
-            let mut future = None;
-            if let Some(host) = &fixed_host {
-                match self.admit(host, started) {
-                    Ok(p) => permit = p,
-                    Err(wait) => (breaker_wait, refused_host) = (wait, Some(host.clone())),
-                }
-            }
-            if refused_host.is_none() {
-                let prepared = match prepare(&mut attempt) {
-                    Ok(prepared) => prepared,
-                    Err(source) => {
-                        return self.fail(RetryError::Request {
-                            operation: operation.name,
-                            key: attempt.key.clone(),
-                            attempts: attempt.number - 1,
-                            source,
-                        });
-                    }
-                };
-                if let (None, Some(host)) = (&fixed_host, prepared.host) {
-                    match self.admit(&host, started) {
-                        Ok(p) => permit = p,
-                        Err(wait) => (breaker_wait, refused_host) = (wait, Some(host)),
-                    }
-                }
-                if refused_host.is_none() {
-                    future = Some(prepared.future);
-                }
-            }
-            shared.counters.attempts.fetch_add(1, Ordering::Relaxed);
-
-            let (observation, got) = match (future, refused_host) {
-                (Some(future), _) => {
-                    let read = attempt::Read {
-                        timeout: attempt.timeout,
-                        key_sent: attempt.key.is_some(),
-                        buffer_body: !policy.stream_body,
-                    };
-                    match attempt::run(clock, future, read).await {
-                        Ok(outcome) => outcome,
-                        Err(source) => {
-                            return self.fail(RetryError::Request {
-                                operation: operation.name,
-                                key: attempt.key.clone(),
-                                attempts: attempt.number,
-                                source,
-                            });
-                        }
-                    }
-                }
-                (None, host) => (
-                    Observation::CircuitOpen,
-                    Got::Failed(AttemptError::CircuitOpen {
-                        host: host.unwrap_or_default(),
-                    }),
-                ),
+            let Sent {
+                observation,
+                got,
+                breaker_wait,
+            } = match self
+                .send_one(
+                    operation,
+                    policy,
+                    fixed_host.as_deref(),
+                    &mut prepare,
+                    &mut attempt,
+                    started,
+                )
+                .await
+            {
+                Ok(sent) => sent,
+                Err(error) => return self.fail(error),
             };
-            if let Some(permit) = permit {
-                permit.record(is_breaker_failure(&observation), clock.now());
-            }
 
             let verdict = classify(operation.class, &observation, server_errors_retried);
             let server_wait = match &got {
@@ -618,20 +615,7 @@ impl RetryClient {
             };
             let got = match (verdict, got) {
                 (Verdict::Accept, Got::Response(response)) => {
-                    if attempt.number == 1 {
-                        shared.budget.refund_success();
-                    } else {
-                        shared.budget.refund(paid);
-                    }
-                    shared.counters.succeeded.fetch_add(1, Ordering::Relaxed);
-                    if response.headers().contains_key("idempotent-replayed") {
-                        tracing::debug!(
-                            operation = operation.name,
-                            attempt = attempt.number,
-                            "server replayed a stored response"
-                        );
-                    }
-                    return Ok(response);
+                    return Ok(self.accepted(operation, &attempt, paid, response));
                 }
                 (_, got) => got,
             };
@@ -639,46 +623,16 @@ impl RetryClient {
             let give_up = |reason: GiveUp, last: AttemptError| {
                 self.give_up(operation, &attempt, &observation, server_wait, reason, last)
             };
-            let cost = match verdict {
-                Verdict::Retry(cost) => cost,
-                Verdict::Accept => {
-                    // Only a response is ever accepted; a failure reaching here
-                    // is reported as the attempt limit, never as success.
-                    return give_up(
-                        GiveUp::AttemptsExhausted {
-                            max: attempt.number,
-                        },
-                        last,
-                    );
-                }
-                Verdict::KeyReused => {
-                    let status = match &last {
-                        AttemptError::Status { status } => *status,
-                        _ => StatusCode::CONFLICT,
-                    };
-                    return self.fail(RetryError::KeyReused {
-                        operation: operation.name,
-                        key: attempt.key.clone(),
-                        attempts: attempt.number,
-                        status,
-                    });
-                }
-                Verdict::OutcomeUnknown => {
-                    shared
-                        .counters
-                        .outcome_unknown
-                        .fetch_add(1, Ordering::Relaxed);
-                    return self.fail(RetryError::OutcomeUnknown {
-                        operation: operation.name,
-                        class: operation.class,
-                        key: attempt.key.clone(),
-                        attempts: attempt.number,
-                        why: why_not_resent(operation),
-                        last,
-                    });
-                }
-                Verdict::ServerErrorLimit => return give_up(GiveUp::ServerErrorRetriedOnce, last),
-                Verdict::Declined => return give_up(GiveUp::ServerDeclined, last),
+            let (cost, last) = match self.retry_cost(
+                operation,
+                &attempt,
+                &observation,
+                server_wait,
+                verdict,
+                last,
+            ) {
+                Priced::Retry(cost, last) => (cost, last),
+                Priced::End(end) => return end,
             };
 
             // The attempt used what was left of the deadline (its timeout is
@@ -705,15 +659,11 @@ impl RetryClient {
             if let Some(asked) = server_wait
                 && asked >= remaining
             {
-                {
-                    return give_up(
-                        GiveUp::RetryAfterBeyondDeadline {
-                            retry_after: asked,
-                            remaining,
-                        },
-                        last,
-                    );
-                }
+                let reason = GiveUp::RetryAfterBeyondDeadline {
+                    retry_after: asked,
+                    remaining,
+                };
+                return give_up(reason, last);
             }
             let retries_so_far = attempt.number - 1;
             let jitter = policy
@@ -725,34 +675,233 @@ impl RetryClient {
             if wait >= remaining {
                 return give_up(GiveUp::DeadlineTooClose { wait, remaining }, last);
             }
-            if !shared.budget.try_spend(cost) {
-                shared
-                    .counters
-                    .budget_rejections
-                    .fetch_add(1, Ordering::Relaxed);
+            let Some(price) = self.pay(cost) else {
                 return give_up(GiveUp::BudgetExhausted, last);
-            }
-            paid = shared.budget.price(cost);
+            };
+            paid = price;
             if matches!(observation, Observation::Status { status, .. } if status == StatusCode::INTERNAL_SERVER_ERROR)
             {
                 server_errors_retried += 1;
             }
-            shared.counters.retries.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                operation = operation.name,
-                class = operation.class.as_str(),
-                attempt = attempt.number,
-                error = %last,
-                next_wait_ms = wait.as_millis() as u64,
-                retry_after_ms = server_wait.map(|d| d.as_millis() as u64),
-                budget_remaining = shared.budget.available(),
-                deadline_remaining_ms = remaining.saturating_sub(wait).as_millis() as u64,
-                key = attempt.key.as_ref().map(IdempotencyKey::as_str),
-                "retrying"
-            );
+            self.log_retry(operation, &attempt, &last, server_wait, wait, remaining);
             previous_wait = wait;
             clock.sleep(wait).await;
         }
+    }
+
+    /// A call's accepted answer: the budget refunded (the first attempt's
+    /// success, or what the retry paid), counted, and a replay noted.
+    fn accepted(
+        &self,
+        operation: &Operation,
+        attempt: &Attempt,
+        paid: u32,
+        response: Response,
+    ) -> Response {
+        if attempt.number == 1 {
+            self.shared.budget.refund_success();
+        } else {
+            self.shared.budget.refund(paid);
+        }
+        self.shared
+            .counters
+            .succeeded
+            .fetch_add(1, Ordering::Relaxed);
+        if response.headers().contains_key("idempotent-replayed") {
+            tracing::debug!(
+                operation = operation.name,
+                attempt = attempt.number,
+                "server replayed a stored response"
+            );
+        }
+        response
+    }
+
+    /// Counts a retry and logs it, with what it waits for and what is left.
+    fn log_retry(
+        &self,
+        operation: &Operation,
+        attempt: &Attempt,
+        last: &AttemptError,
+        server_wait: Option<Duration>,
+        wait: Duration,
+        remaining: Duration,
+    ) {
+        self.shared.counters.retries.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            operation = operation.name,
+            class = operation.class.as_str(),
+            attempt = attempt.number,
+            error = %last,
+            next_wait_ms = wait.as_millis() as u64,
+            retry_after_ms = server_wait.map(|d| d.as_millis() as u64),
+            budget_remaining = self.shared.budget.available(),
+            deadline_remaining_ms = remaining.saturating_sub(wait).as_millis() as u64,
+            key = attempt.key.as_ref().map(IdempotencyKey::as_str),
+            "retrying"
+        );
+    }
+
+    /// Spends a retry's `cost` from the budget: what it paid, or `None`
+    /// (counted) when the budget cannot pay it.
+    fn pay(&self, cost: RetryCost) -> Option<u32> {
+        if !self.shared.budget.try_spend(cost) {
+            self.shared
+                .counters
+                .budget_rejections
+                .fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(self.shared.budget.price(cost))
+    }
+
+    /// What a failed attempt's verdict means: the retry's price, or the
+    /// call's end.
+    fn retry_cost(
+        &self,
+        operation: &Operation,
+        attempt: &Attempt,
+        observation: &Observation,
+        server_wait: Option<Duration>,
+        verdict: Verdict,
+        last: AttemptError,
+    ) -> Priced {
+        let give_up = |reason: GiveUp, last: AttemptError| {
+            self.give_up(operation, attempt, observation, server_wait, reason, last)
+        };
+        match verdict {
+            Verdict::Retry(cost) => Priced::Retry(cost, last),
+            Verdict::Accept => {
+                // Only a response is ever accepted; a failure reaching here
+                // is reported as the attempt limit, never as success.
+                Priced::End(give_up(
+                    GiveUp::AttemptsExhausted {
+                        max: attempt.number,
+                    },
+                    last,
+                ))
+            }
+            Verdict::KeyReused => {
+                let status = match &last {
+                    AttemptError::Status { status } => *status,
+                    _ => StatusCode::CONFLICT,
+                };
+                Priced::End(self.fail(RetryError::KeyReused {
+                    operation: operation.name,
+                    key: attempt.key.clone(),
+                    attempts: attempt.number,
+                    status,
+                }))
+            }
+            Verdict::OutcomeUnknown => {
+                self.shared
+                    .counters
+                    .outcome_unknown
+                    .fetch_add(1, Ordering::Relaxed);
+                Priced::End(self.fail(RetryError::OutcomeUnknown {
+                    operation: operation.name,
+                    class: operation.class,
+                    key: attempt.key.clone(),
+                    attempts: attempt.number,
+                    why: why_not_resent(operation),
+                    last,
+                }))
+            }
+            Verdict::ServerErrorLimit => Priced::End(give_up(GiveUp::ServerErrorRetriedOnce, last)),
+            Verdict::Declined => Priced::End(give_up(GiveUp::ServerDeclined, last)),
+        }
+    }
+
+    /// Sends one attempt through the breaker: refused at once when the
+    /// breaker is open for the host, otherwise prepared, sent and read
+    /// under the attempt's timeout.
+    async fn send_one<P, Fut>(
+        &self,
+        operation: &Operation,
+        policy: &RetryPolicy,
+        fixed_host: Option<&str>,
+        prepare: &mut P,
+        attempt: &mut Attempt,
+        started: Instant,
+    ) -> Result<Sent, RetryError>
+    where
+        P: FnMut(&mut Attempt) -> Result<Prepared<Fut>, reqwest::Error>,
+        Fut: Future<Output = Result<Response, reqwest::Error>>,
+    {
+        let clock = &*self.shared.clock;
+        // Retry → circuit breaker → call: the breaker sees every attempt,
+        // and a refused one is never even prepared when the host is known.
+        let mut breaker_wait = Duration::ZERO;
+        let mut permit: Option<Permit> = None;
+        let mut refused_host: Option<String> = None;
+        let mut future = None;
+        if let Some(host) = fixed_host {
+            match self.admit(host, started) {
+                Ok(p) => permit = p,
+                Err(wait) => (breaker_wait, refused_host) = (wait, Some(host.to_owned())),
+            }
+        }
+        if refused_host.is_none() {
+            let prepared = match prepare(attempt) {
+                Ok(prepared) => prepared,
+                Err(source) => {
+                    return Err(RetryError::Request {
+                        operation: operation.name,
+                        key: attempt.key.clone(),
+                        attempts: attempt.number - 1,
+                        source,
+                    });
+                }
+            };
+            if let (None, Some(host)) = (fixed_host, prepared.host) {
+                match self.admit(&host, started) {
+                    Ok(p) => permit = p,
+                    Err(wait) => (breaker_wait, refused_host) = (wait, Some(host)),
+                }
+            }
+            if refused_host.is_none() {
+                future = Some(prepared.future);
+            }
+        }
+        self.shared
+            .counters
+            .attempts
+            .fetch_add(1, Ordering::Relaxed);
+
+        let (observation, got) = match (future, refused_host) {
+            (Some(future), _) => {
+                let read = attempt::Read {
+                    timeout: attempt.timeout,
+                    key_sent: attempt.key.is_some(),
+                    buffer_body: !policy.stream_body,
+                };
+                match attempt::run(clock, future, read).await {
+                    Ok(outcome) => outcome,
+                    Err(source) => {
+                        return Err(RetryError::Request {
+                            operation: operation.name,
+                            key: attempt.key.clone(),
+                            attempts: attempt.number,
+                            source,
+                        });
+                    }
+                }
+            }
+            (None, host) => (
+                Observation::CircuitOpen,
+                Got::Failed(AttemptError::CircuitOpen {
+                    host: host.unwrap_or_default(),
+                }),
+            ),
+        };
+        if let Some(permit) = permit {
+            permit.record(is_breaker_failure(&observation), clock.now());
+        }
+        Ok(Sent {
+            observation,
+            got,
+            breaker_wait,
+        })
     }
 
     /// Asks the breaker (if any) for leave to send to `host`; `Err` carries

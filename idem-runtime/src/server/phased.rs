@@ -16,6 +16,7 @@
 //! foreign system uses to collapse the duplicate, and
 //! [`ForeignCall::reconciling`] tells the closure so.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -166,6 +167,38 @@ pub trait Operation<DB: Backend>: Send + Sync + 'static {
     fn validate(&self, parts: &Parts, body: &[u8]) -> Result<(), Box<Reply>> {
         let _ = (parts, body);
         Ok(())
+    }
+}
+
+/// The engine's registry of phased operations, typed: what goes in is an
+/// `Arc<dyn Operation<DB>>`, so that is what comes out.
+impl<DB: Backend> Idempotency<DB> {
+    /// Registers a phased operation so the completer can resume it by name.
+    pub(crate) fn register(&self, operation: Arc<dyn Operation<DB>>) {
+        if let Ok(mut ops) = self.inner.shared.operations.write() {
+            let name = operation.name().to_owned();
+            let erased: Arc<dyn Any + Send + Sync> = Arc::new(operation);
+            ops.insert(name, (erased, Arc::downgrade(&self.inner)));
+        }
+    }
+
+    /// A registered operation and the instance (policy) it runs under.
+    pub(crate) fn operation(
+        &self,
+        name: &str,
+    ) -> Option<(Arc<dyn Operation<DB>>, Idempotency<DB>)> {
+        let (erased, owner) = self
+            .inner
+            .shared
+            .operations
+            .read()
+            .ok()
+            .and_then(|ops| ops.get(name).cloned())?;
+        let operation = erased.downcast_ref::<Arc<dyn Operation<DB>>>()?.clone();
+        let owner = owner
+            .upgrade()
+            .map_or_else(|| self.clone(), |inner| Idempotency { inner });
+        Some((operation, owner))
     }
 }
 

@@ -125,64 +125,10 @@ pub(crate) fn recognise(model: &Model, op: &Operation) -> Result<Option<Paging>,
         .map(|p| p.name.as_str())
         .collect();
     let has = |name: &str| query.contains(&name);
-    let prop = |name: &str| -> Option<&Schema> {
-        match &body.kind {
-            Kind::Object(o) => o
-                .properties
-                .iter()
-                .find(|p| p.name == name)
-                .map(|p| model.schemas.resolve(&p.schema)),
-            _ => None,
-        }
-    };
+    let prop = |name: &str| property(model, body, name);
 
-    if let Some(PaginationExt::On {
-        style,
-        items,
-        cursor,
-        param,
-        more,
-        limit,
-    }) = over
-    {
-        let (pointer, item) = match items {
-            Some(name) => match prop(name).map(|s| &s.kind) {
-                Some(Kind::Array(item)) => (format!("/{name}"), (**item).clone()),
-                _ => {
-                    return Err(format!(
-                        "`x-pagination.items: {name}` is not a list in the body"
-                    ));
-                }
-            },
-            None => match &body.kind {
-                Kind::Array(item) => (String::new(), (**item).clone()),
-                _ => {
-                    return Err("`x-pagination` names no `items` and the body is not a list".into());
-                }
-            },
-        };
-        let param = param.clone().unwrap_or_default();
-        let next = match style {
-            PageStyle::Cursor => Next::Cursor {
-                pointer: format!("/{}", cursor.clone().unwrap_or_default()),
-                param,
-            },
-            PageStyle::AfterLast => Next::AfterLast {
-                more: format!("/{}", more.clone().unwrap_or_else(|| "has_more".into())),
-                id: "id".into(),
-                param,
-            },
-            PageStyle::Link => Next::Link,
-            PageStyle::Offset => Next::Offset {
-                param,
-                limit: limit.clone(),
-            },
-        };
-        return Ok(Some(Paging {
-            items: pointer,
-            next,
-            item,
-        }));
+    if let Some(on @ PaginationExt::On { .. }) = over {
+        return declared(model, body, on);
     }
 
     // The items: the body itself, or its one list property (by name first).
@@ -286,6 +232,73 @@ pub(crate) fn recognise(model: &Model, op: &Operation) -> Result<Option<Paging>,
         return Err("`has_more` without a `starting_after` parameter".into());
     }
     Ok(None)
+}
+
+/// The paging `x-pagination` declares, checked against the body it names.
+fn declared(model: &Model, body: &Schema, on: &PaginationExt) -> Result<Option<Paging>, NotPaged> {
+    let PaginationExt::On {
+        style,
+        items,
+        cursor,
+        param,
+        more,
+        limit,
+    } = on
+    else {
+        return Ok(None);
+    };
+    let prop = |name: &str| property(model, body, name);
+    let (pointer, item) = match items {
+        Some(name) => match prop(name).map(|s| &s.kind) {
+            Some(Kind::Array(item)) => (format!("/{name}"), (**item).clone()),
+            _ => {
+                return Err(format!(
+                    "`x-pagination.items: {name}` is not a list in the body"
+                ));
+            }
+        },
+        None => match &body.kind {
+            Kind::Array(item) => (String::new(), (**item).clone()),
+            _ => {
+                return Err("`x-pagination` names no `items` and the body is not a list".into());
+            }
+        },
+    };
+    let param = param.clone().unwrap_or_default();
+    let next = match style {
+        PageStyle::Cursor => Next::Cursor {
+            pointer: format!("/{}", cursor.clone().unwrap_or_default()),
+            param,
+        },
+        PageStyle::AfterLast => Next::AfterLast {
+            more: format!("/{}", more.clone().unwrap_or_else(|| "has_more".into())),
+            id: "id".into(),
+            param,
+        },
+        PageStyle::Link => Next::Link,
+        PageStyle::Offset => Next::Offset {
+            param,
+            limit: limit.clone(),
+        },
+    };
+    Ok(Some(Paging {
+        items: pointer,
+        next,
+        item,
+    }))
+}
+
+/// The body's property `name`, resolved, when the body is an object that
+/// has it.
+fn property<'m>(model: &'m Model, body: &'m Schema, name: &str) -> Option<&'m Schema> {
+    match &body.kind {
+        Kind::Object(o) => o
+            .properties
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| model.schemas.resolve(&p.schema)),
+        _ => None,
+    }
 }
 
 /// Whether every item has an `id` property: an object with one, or a

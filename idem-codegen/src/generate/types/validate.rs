@@ -278,65 +278,9 @@ impl TypeSpace<'_> {
                 }
                 out
             }
-            Ty::String => {
-                let mut out = Vec::new();
-                if let Some(c) = &checks.constraints {
-                    if let Some(min) = c.min_length {
-                        let min = u64_lit(min);
-                        out.push(Stmt::call(quote!(v.min_length(#value, #min))));
-                    }
-                    if let Some(max) = c.max_length {
-                        let max = u64_lit(max);
-                        out.push(Stmt::call(quote!(v.max_length(#value, #max))));
-                    }
-                    if let Some((pattern, _)) = &c.pattern {
-                        out.push(Stmt::call(quote!(v.pattern(#value, #pattern))));
-                    }
-                }
-                if let Some(serde_json::Value::String(expected)) = &checks.constant {
-                    let shown = serde_json::Value::from(expected.as_str()).to_string();
-                    out.push(Stmt::exact(quote!(v.constant(#value == #expected, #shown))));
-                }
-                out
-            }
+            Ty::String => string_checks(checks, value),
             Ty::I32 | Ty::I64 | Ty::U32 | Ty::U64 | Ty::F32 | Ty::F64 => {
-                let mut out = Vec::new();
-                let value = &copied(value);
-                if let Some(c) = &checks.constraints {
-                    if let Some(b) = c.minimum {
-                        let bound = f64_lit(b.value);
-                        out.push(Stmt::call(if b.exclusive {
-                            quote!(v.exclusive_minimum(#value, #bound))
-                        } else {
-                            quote!(v.minimum(#value, #bound))
-                        }));
-                    }
-                    if let Some(b) = c.maximum {
-                        let bound = f64_lit(b.value);
-                        out.push(Stmt::call(if b.exclusive {
-                            quote!(v.exclusive_maximum(#value, #bound))
-                        } else {
-                            quote!(v.maximum(#value, #bound))
-                        }));
-                    }
-                    if let Some(m) = c.multiple_of {
-                        let m = f64_lit(m);
-                        out.push(Stmt::call(quote!(v.multiple_of(#value, #m))));
-                    }
-                }
-                if let Some(serde_json::Value::Number(n)) = &checks.constant {
-                    let shown = n.to_string();
-                    let expected = match ty {
-                        Ty::F32 | Ty::F64 => f64_lit(n.as_f64().unwrap_or(0.0)),
-                        _ => shown.parse().unwrap_or_else(|_| quote!(0)),
-                    };
-                    let cast = match ty {
-                        Ty::F32 => quote!(f64::from(#value)),
-                        _ => quote!(#value),
-                    };
-                    out.push(Stmt::exact(quote!(v.constant(#cast == #expected, #shown))));
-                }
-                out
+                number_checks(ty, checks, value)
             }
             Ty::Bool => match &checks.constant {
                 Some(serde_json::Value::Bool(true)) => {
@@ -559,4 +503,68 @@ pub(super) fn u64_lit(n: u64) -> proc_macro2::Literal {
 pub(super) fn f64_lit(n: f64) -> TokenStream {
     let lit = proc_macro2::Literal::f64_unsuffixed(n);
     quote!(#lit)
+}
+
+/// A string's checks: its lengths, its pattern and its `const`.
+fn string_checks(checks: &Checks, value: &TokenStream) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    if let Some(c) = &checks.constraints {
+        if let Some(min) = c.min_length {
+            let min = u64_lit(min);
+            out.push(Stmt::call(quote!(v.min_length(#value, #min))));
+        }
+        if let Some(max) = c.max_length {
+            let max = u64_lit(max);
+            out.push(Stmt::call(quote!(v.max_length(#value, #max))));
+        }
+        if let Some((pattern, _)) = &c.pattern {
+            out.push(Stmt::call(quote!(v.pattern(#value, #pattern))));
+        }
+    }
+    if let Some(serde_json::Value::String(expected)) = &checks.constant {
+        let shown = serde_json::Value::from(expected.as_str()).to_string();
+        out.push(Stmt::exact(quote!(v.constant(#value == #expected, #shown))));
+    }
+    out
+}
+
+/// A number's checks: its bounds, `multipleOf` and `const`.
+fn number_checks(ty: &Ty, checks: &Checks, value: &TokenStream) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    let value = &copied(value);
+    if let Some(c) = &checks.constraints {
+        if let Some(b) = c.minimum {
+            let bound = f64_lit(b.value);
+            out.push(Stmt::call(if b.exclusive {
+                quote!(v.exclusive_minimum(#value, #bound))
+            } else {
+                quote!(v.minimum(#value, #bound))
+            }));
+        }
+        if let Some(b) = c.maximum {
+            let bound = f64_lit(b.value);
+            out.push(Stmt::call(if b.exclusive {
+                quote!(v.exclusive_maximum(#value, #bound))
+            } else {
+                quote!(v.maximum(#value, #bound))
+            }));
+        }
+        if let Some(m) = c.multiple_of {
+            let m = f64_lit(m);
+            out.push(Stmt::call(quote!(v.multiple_of(#value, #m))));
+        }
+    }
+    if let Some(serde_json::Value::Number(n)) = &checks.constant {
+        let shown = n.to_string();
+        let expected = match ty {
+            Ty::F32 | Ty::F64 => f64_lit(n.as_f64().unwrap_or(0.0)),
+            _ => shown.parse().unwrap_or_else(|_| quote!(0)),
+        };
+        let cast = match ty {
+            Ty::F32 => quote!(f64::from(#value)),
+            _ => quote!(#value),
+        };
+        out.push(Stmt::exact(quote!(v.constant(#cast == #expected, #shown))));
+    }
+    out
 }
