@@ -11,6 +11,7 @@ use idem_runtime::protocol;
 use super::schedule::{self, Schedule};
 use super::text;
 use crate::model::{self, KeySource, Model, Operation, RetryClass, RetryPolicy};
+use crate::probe::body::is_json;
 use crate::vocab::{
     Backoff, ClaimAt, FailureReplay, InFlight, KeyRequirement, Scope, format_duration,
 };
@@ -675,11 +676,6 @@ fn error_body_note(model: &Model, keyed: &[&&Operation]) -> Option<String> {
         fields(declared),
         fields(missing)
     ))
-}
-
-fn is_json(media_type: &str) -> bool {
-    let essence = media_type.split(';').next().unwrap_or("").trim();
-    essence.eq_ignore_ascii_case("application/json") || essence.ends_with("+json")
 }
 
 /// `https://api.bank.example/v1` → (`api.bank.example`, `/v1`); `None` for

@@ -144,7 +144,8 @@ pub fn request(
     Ok(body)
 }
 
-fn is_json(media_type: &str) -> bool {
+/// Whether `media_type` is JSON (`application/json` or a `+json` type).
+pub(crate) fn is_json(media_type: &str) -> bool {
     let essence = media_type
         .split(';')
         .next()
