@@ -11,6 +11,7 @@ use crate::audit::{self, RULES, Rule, Severity};
 use crate::baseline::Baseline;
 use crate::output::{self, Format};
 
+pub mod keys;
 pub(crate) mod shared;
 
 pub use crate::probe::cli::{ProbeArgs, ProbeFormat};
@@ -58,6 +59,11 @@ pub enum Command {
     /// and, once STAGING_URL is set, probes staging:
     /// `idem workflow --spec api/openapi.yaml > .github/workflows/idem.yml`.
     Workflow(WorkflowArgs),
+    /// Read a deployment's key store: what happened to a key (`show`), the
+    /// records to look at (`list`), counts (`stats`), and make an exhausted
+    /// phased record due again (`resume`). Exit 1 when the record is not
+    /// found, 2 on bad input or a store that cannot be read.
+    Keys(keys::KeysArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -275,6 +281,7 @@ where
         Command::Docs(args) => run_docs(&args, stdout, stderr, terminals),
         Command::Workflow(args) => run_workflow(&args, stdout, stderr),
         Command::Probe(args) => crate::probe::cli::run(&args, stdout, stderr, terminals),
+        Command::Keys(args) => Ok(keys::run(&args, stdout, stderr)),
         Command::Rules => {
             let mut text = String::new();
             for r in RULES {

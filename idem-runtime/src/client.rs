@@ -53,6 +53,7 @@ mod clock;
 mod engine;
 mod error;
 mod key;
+mod observe;
 mod policy;
 pub mod sse;
 mod streams;

@@ -15,6 +15,7 @@
 #[cfg(feature = "client")]
 pub mod client;
 pub mod context;
+pub mod metric;
 pub mod protocol;
 #[cfg(feature = "server")]
 pub mod server;

@@ -50,6 +50,7 @@ mod health;
 mod jobs;
 mod key;
 mod layer;
+mod outcome;
 mod phased;
 mod response;
 mod scope;
@@ -64,18 +65,20 @@ pub use config::{
 };
 pub use engine::{Idempotency, IdempotencyBuilder};
 pub use error::{ConfigError, IdempotencyError, KeyProblem, StoreError};
-pub use jobs::{CompleterReport, ReaperReport};
+pub use jobs::{CompleterReport, RECORDS_EVERY, ReaperReport};
 pub use key::IdempotencyKey;
 pub use layer::{Claimed, IdemTx, IdempotencyLayer, IdempotencyService, KeyedRequest, Validator};
+pub use outcome::{Outcome, observed, scope_digest};
 pub use phased::{ForeignCall, Operation, PhaseError, Run, StepError};
 pub use response::{
     Fault, IDEMPOTENT_REPLAYED, Reject, Reply, StoredResponse, Unavailable, is_rejection,
 };
 pub use scope::{
     Credential, CredentialScope, HeaderScope, MIN_DIGEST_KEY, Requirement, ScopeExtractor,
-    ScopeRejection,
+    ScopeRejection, credential_digest,
 };
 pub use store::{
-    Backend, BoxFuture, ExhaustedRecord, KeyRecord, KeyState, NewClaim, ReapedRecord, Rescheduled,
-    StepRecord, StepStatus, Store, StoredRequest,
+    Backend, BoxFuture, ExhaustedRecord, Inspect, Inspected, KeyRecord, KeyState, KeyStats,
+    ListFilter, NewClaim, ReapedRecord, Rescheduled, Schema, StepRecord, StepStatus, Store,
+    StoredRequest,
 };

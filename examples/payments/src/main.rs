@@ -94,6 +94,10 @@ enum Command {
         /// Replace the spec's resume schedule: runs per payout.
         #[arg(long, requires = "resume_base_ms")]
         resume_attempts: Option<u32>,
+        /// Answer `GET /metrics` (Prometheus' text format) on this address,
+        /// a listener of its own.
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<SocketAddr>,
     },
 }
 
@@ -115,7 +119,14 @@ async fn main() -> ExitCode {
             fake_bank,
             resume_base_ms,
             resume_attempts,
+            metrics_listen,
         }) => {
+            if let Some(addr) = metrics_listen
+                && let Err(e) = server::serve_metrics(addr).await
+            {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(2);
+            }
             // Kept alive while serving.
             let bank = if fake_bank {
                 match payments_demo::bank::Bank::start().await {

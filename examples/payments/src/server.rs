@@ -356,3 +356,36 @@ where
     idem_runtime::axum::serve(listener, app).await?;
     Ok(())
 }
+
+/// Installs the Prometheus recorder and answers `GET /metrics` on `addr`,
+/// a listener of its own: the API's port serves the API only.
+pub async fn serve_metrics(addr: SocketAddr) -> anyhow::Result<()> {
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    // Buckets for every `_seconds` histogram, so `histogram_quantile` works
+    // across instances: from a millisecond (a replay) to ten seconds.
+    let buckets = [
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ];
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &buckets)?
+        .install_recorder()?;
+    idem_runtime::metric::describe();
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} for metrics"))?;
+    eprintln!("metrics on http://{}/metrics", listener.local_addr()?);
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    let app = idem_runtime::axum::Router::new().route(
+        "/metrics",
+        idem_runtime::axum::routing::get(move || std::future::ready(handle.render())),
+    );
+    tokio::spawn(async move { idem_runtime::axum::serve(listener, app).await });
+    Ok(())
+}

@@ -296,6 +296,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                     fn #method_ident(&self, cx: #rt::support::Context, tx: #rt::IdemTx<DB> #(, #input_arg_list)*) -> impl ::std::future::Future<Output = ::std::result::Result<#reply_ident, #rt::Fault>> + ::std::marker::Send;
                 },
                 keyed_route(&KeyedRoute {
+                    name: &op.name,
                     template,
                     http_method: &http_method,
                     method: &method_ident,
@@ -349,7 +350,8 @@ fn admitted(op: &Operation, route: TokenStream) -> TokenStream {
     match op.admission.max_in_flight.as_ref() {
         Some(max) => {
             let max = proc_macro2::Literal::usize_unsuffixed(max.value as usize);
-            quote!(#rt::support::admit_route(#route, #max))
+            let name = &op.name;
+            quote!(#rt::support::admit_route(#route, #max, #name))
         }
         None => route,
     }
@@ -398,10 +400,11 @@ fn plain_route(
             },
         )
     };
+    let name = &op.name;
     quote! {{
         let api = ::std::sync::Arc::clone(&api);
         #scope_clone
-        #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| async move {
+        #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| #rt::observed(#name, async move {
             use ::idem_runtime::axum::response::IntoResponse as _;
             let inbound = match #rt::support::Inbound::read(request, #template, #limit).await {
                 ::std::result::Result::Ok(inbound) => inbound,
@@ -410,12 +413,14 @@ fn plain_route(
             #scope_check
             #read_input
             api.#method(inbound.context() #args).await.into_response()
-        })
+        }))
     }}
 }
 
 /// What the route of a keyed operation is made of.
 struct KeyedRoute<'r> {
+    /// The operation's name, which its requests are counted under.
+    name: &'r str,
     template: &'r str,
     http_method: &'r proc_macro2::Ident,
     method: &'r proc_macro2::Ident,
@@ -433,6 +438,7 @@ fn keyed_route(r: &KeyedRoute<'_>) -> TokenStream {
     let rt = rt();
     let routing = quote!(::idem_runtime::axum::routing);
     let KeyedRoute {
+        name,
         template,
         http_method,
         method,
@@ -444,7 +450,7 @@ fn keyed_route(r: &KeyedRoute<'_>) -> TokenStream {
     quote! {{
         let api = ::std::sync::Arc::clone(&api);
         let idem = idem #scoped .with_policy(#policy)?;
-        #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| async move {
+        #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| #rt::observed(#name, async move {
             use ::idem_runtime::axum::response::IntoResponse as _;
             let keyed = match idem.read_keyed(request, #template).await {
                 ::std::result::Result::Ok(keyed) => keyed,
@@ -461,7 +467,7 @@ fn keyed_route(r: &KeyedRoute<'_>) -> TokenStream {
             let keyed = cx.clone();
             let reply = #rt::support::keyed(&keyed, api.#method(cx, tx #args)).await.into_response();
             claimed.finish(reply).await
-        })
+        }))
     }}
 }
 

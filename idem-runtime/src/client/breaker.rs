@@ -213,6 +213,7 @@ impl Permit {
             } else {
                 Mode::Closed
             };
+            open_gauge(&self.host, failure);
             return;
         }
         if !matches!(host.mode, Mode::Closed) {
@@ -232,8 +233,19 @@ impl Permit {
             host.mode = Mode::Open {
                 until: now.checked_add(config.open_for).unwrap_or(now),
             };
+            open_gauge(&self.host, true);
         }
     }
+}
+
+/// `idem_client_breaker_open{host}`: 1 from the moment the breaker opens
+/// for `host` until a trial closes it again.
+fn open_gauge(host: &str, open: bool) {
+    metrics::gauge!(crate::metric::CLIENT_BREAKER_OPEN, "host" => host.to_owned()).set(if open {
+        1.0
+    } else {
+        0.0
+    });
 }
 
 impl Drop for Permit {

@@ -17,6 +17,7 @@ use super::classify::{Observation, Verdict, classify, is_breaker_failure, retry_
 use super::clock::{Clock, RandomSource, ThreadRandom, TokioClock};
 use super::error::{AttemptError, GiveUp, RetryError, chain};
 use super::key::IdempotencyKey;
+use super::observe;
 use super::policy::RetryPolicy;
 
 /// A reqwest client with bounded, key-aware retries.
@@ -609,6 +610,7 @@ impl RetryClient {
             };
 
             let verdict = classify(operation.class, &observation, server_errors_retried);
+            observe::attempt(operation.name, &observation, verdict);
             let server_wait = match &got {
                 Got::Response(response) => retry_after(response.headers(), clock.system_time()),
                 Got::Failed(_) => None,
@@ -703,10 +705,12 @@ impl RetryClient {
         } else {
             self.shared.budget.refund(paid);
         }
+        observe::budget(&self.shared.budget);
         self.shared
             .counters
             .succeeded
             .fetch_add(1, Ordering::Relaxed);
+        observe::call(operation.name, "ok");
         if response.headers().contains_key("idempotent-replayed") {
             tracing::debug!(
                 operation = operation.name,
@@ -752,6 +756,7 @@ impl RetryClient {
                 .fetch_add(1, Ordering::Relaxed);
             return None;
         }
+        observe::budget(&self.shared.budget);
         Some(self.shared.budget.price(cost))
     }
 
@@ -953,6 +958,7 @@ impl RetryClient {
 
     fn fail(&self, error: RetryError) -> Result<Response, RetryError> {
         self.shared.counters.failed.fetch_add(1, Ordering::Relaxed);
+        observe::failed(&error);
         tracing::warn!(
             operation = error.operation(),
             attempts = error.attempts(),

@@ -19,6 +19,7 @@ use super::clock::{ms, now_ms};
 use super::config::{FailureReplay, InFlight, KeyIn, KeyRequirement, Policy, ResumePolicy};
 use super::error::{ConfigError, IdempotencyError, StoreError};
 use super::key::{BodyKey, fingerprint, read_body_key, read_form_key, read_key, validate};
+use super::outcome::{Outcome, marked};
 use super::response::StoredResponse;
 use super::scope::{CredentialScope, GlobalScope, MIN_DIGEST_KEY, Requirement, ScopeExtractor};
 use super::store::{Backend, KeyRecord, KeyState, NewClaim, Store, StoredRequest};
@@ -394,6 +395,9 @@ impl<DB: Backend> Idempotency<DB> {
         // spacing) is the same request.
         let canonical = if is_json { canonical_json(&body) } else { None };
         let fingerprint = fingerprint(&parts.method, &path, canonical.as_deref(), &body);
+        if let Some(key) = &key {
+            super::outcome::note_key(&scope, key);
+        }
         Ok(Prepared {
             scope,
             key,
@@ -681,17 +685,22 @@ impl<DB: Backend> Idempotency<DB> {
         loop {
             let wait = bound.saturating_sub(waited);
             match self.claim_once(prepared, key, resumable, wait).await? {
-                Claim::Won(won) => return Ok(Ok(won)),
+                Claim::Won(won) => {
+                    super::outcome::note_generation(won.generation);
+                    return Ok(Ok(won));
+                }
                 Claim::Replay(stored) => return Ok(Err(stored.replay())),
                 Claim::NotDue {
                     recovery_point,
                     due,
                 } => {
-                    return Err(IdempotencyError::Incomplete {
+                    // Nothing runs now: the key is held by its schedule.
+                    let answer = IdempotencyError::Incomplete {
                         recovery_point,
                         message: "waiting out the backoff after a transient failure".to_owned(),
                         retry_after: until(due),
-                    });
+                    };
+                    return Ok(Err(marked(answer.into_response(), Outcome::InFlight)));
                 }
                 Claim::InFlight(recovery_point) => match self.inner.policy.in_flight {
                     InFlight::Conflict => return Err(IdempotencyError::KeyInUse),
@@ -734,7 +743,10 @@ impl<DB: Backend> Idempotency<DB> {
         if let Err(e) = tx.commit().await {
             return self.store_error(e.into()).into_response();
         }
-        Response::from_parts(parts, Body::from(stored.body))
+        marked(
+            Response::from_parts(parts, Body::from(stored.body)),
+            Outcome::Executed,
+        )
     }
 
     /// Reads the handler's response under the cap and keeps what a replay
@@ -806,7 +818,10 @@ impl<DB: Backend> Idempotency<DB> {
             let record = match DB::claim_complete(&mut tx, &claim, &stored, wait, session).await {
                 Ok(Some(_)) => {
                     return match tx.commit().await {
-                        Ok(()) => Response::from_parts(parts, Body::from(stored.body)),
+                        Ok(()) => marked(
+                            Response::from_parts(parts, Body::from(stored.body)),
+                            Outcome::Executed,
+                        ),
                         Err(e) => self.store_error(e.into()).into_response(),
                     };
                 }

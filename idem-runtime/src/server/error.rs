@@ -5,6 +5,7 @@ use std::time::Duration;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 
+use super::outcome::Outcome;
 use crate::protocol;
 
 /// A failure of the key store.
@@ -416,6 +417,34 @@ impl IdempotencyError {
         )
     }
 
+    /// What becomes of a request answered with this error before its
+    /// operation ran; `None` where only the answer's context can tell (a
+    /// phased run that stopped between steps, a response that could not be
+    /// stored).
+    pub(crate) fn outcome(&self) -> Option<Outcome> {
+        match self {
+            IdempotencyError::MissingKey { .. }
+            | IdempotencyError::MissingBodyKey { .. }
+            | IdempotencyError::InvalidKey { .. }
+            | IdempotencyError::InvalidBodyKey { .. }
+            | IdempotencyError::InvalidPathKey { .. }
+            | IdempotencyError::KeyUnknown
+            | IdempotencyError::ScopeRejected { .. }
+            | IdempotencyError::InvalidScope { .. }
+            | IdempotencyError::BodyTooLarge { .. }
+            | IdempotencyError::BodyUnreadable
+            | IdempotencyError::Unavailable { .. } => Some(Outcome::Refused),
+            IdempotencyError::KeyInUse | IdempotencyError::LockLost => Some(Outcome::InFlight),
+            IdempotencyError::KeyReused { .. } => Some(Outcome::Reused),
+            IdempotencyError::StoreUnavailable { .. } => Some(Outcome::StoreUnavailable),
+            IdempotencyError::Exhausted { .. } => Some(Outcome::Replayed),
+            IdempotencyError::Incomplete { .. }
+            | IdempotencyError::ResponseTooLarge { .. }
+            | IdempotencyError::ResponseUnreadable
+            | IdempotencyError::TransactionNotReturned => None,
+        }
+    }
+
     fn retry_after(&self) -> Option<Duration> {
         match self {
             IdempotencyError::StoreUnavailable { retry_after, .. }
@@ -465,13 +494,17 @@ impl IntoResponse for IdempotencyError {
             }
             _ => {}
         }
-        error_response(
+        let mut response = error_response(
             self.status(),
             self.code(),
             &self.to_string(),
             self.retryable(),
             self.retry_after(),
-        )
+        );
+        if let Some(outcome) = self.outcome() {
+            response.extensions_mut().insert(outcome);
+        }
+        response
     }
 }
 

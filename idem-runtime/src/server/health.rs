@@ -102,6 +102,7 @@ impl Health {
         let mut state = self.state();
         state.last_success = now;
         if let Some(since) = state.down_since.take() {
+            metrics::gauge!(crate::metric::STORE_OUTAGE).set(0.0);
             tracing::warn!(
                 down_ms = u64::try_from((now - since).as_millis()).unwrap_or(u64::MAX),
                 "the database answers again; keyed requests are admitted"
@@ -130,6 +131,7 @@ impl Health {
             return None;
         }
         let since = *state.down_since.get_or_insert_with(|| {
+            metrics::gauge!(crate::metric::STORE_OUTAGE).set(1.0);
             tracing::warn!(
                 "the database is unreachable; keyed requests are refused at once \
                  (503, Retry-After) until a probe gets a connection"

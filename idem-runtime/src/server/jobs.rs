@@ -10,7 +10,13 @@ use tokio::task::JoinHandle;
 use super::clock::{ms, now_ms};
 use super::engine::Idempotency;
 use super::error::StoreError;
+use super::phased::RunEnd;
 use super::store::{Backend, ExhaustedRecord, KeyState, ReapedRecord};
+use crate::metric;
+
+/// How often the background jobs count the records in flight and
+/// exhausted (`idem_records`): a scan of the key table, so not every pass.
+pub const RECORDS_EVERY: Duration = Duration::from_secs(30);
 
 /// What one completer pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,12 +61,23 @@ impl<DB: Backend> Idempotency<DB> {
             ..CompleterReport::default()
         };
         for (scope, key) in candidates {
-            match self.resume_abandoned(&scope, &key).await {
-                Ok(true) => {
+            let resumed = self.resume_abandoned(&scope, &key).await;
+            if let Ok(Some((ended, operation))) = &resumed
+                && let Some(outcome) = ended.label()
+            {
+                metrics::counter!(
+                    metric::COMPLETER_RUNS_TOTAL,
+                    "operation" => operation.clone(),
+                    "outcome" => outcome,
+                )
+                .increment(1);
+            }
+            match resumed {
+                Ok(Some((RunEnd::Completed | RunEnd::Final, _))) => {
                     tracing::info!(%scope, %key, "completer finished an abandoned request");
                     report.completed += 1;
                 }
-                Ok(false) => report.left += 1,
+                Ok(_) => report.left += 1,
                 Err(e) => {
                     tracing::warn!(%scope, %key, error = %e, "completer could not resume a request");
                     report.left += 1;
@@ -84,6 +101,19 @@ impl<DB: Backend> Idempotency<DB> {
             deleted: deleted.len(),
             unfinished: Vec::new(),
         };
+        let complete = deleted
+            .iter()
+            .filter(|r| r.state == KeyState::Complete)
+            .count();
+        for (state, count) in [
+            ("complete", complete),
+            ("incomplete", deleted.len() - complete),
+        ] {
+            if count > 0 {
+                metrics::counter!(metric::REAPED_TOTAL, "state" => state)
+                    .increment(u64::try_from(count).unwrap_or(u64::MAX));
+            }
+        }
         for record in deleted {
             if record.state != KeyState::Complete {
                 tracing::error!(
@@ -109,6 +139,25 @@ impl<DB: Backend> Idempotency<DB> {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
+    /// Counts the records in flight and the exhausted ones, and sets the
+    /// `idem_records{state}` gauges to them. The background jobs call it
+    /// on their first pass and then at most every [`RECORDS_EVERY`]; it
+    /// scans the key table.
+    pub async fn refresh_record_gauges(&self) -> Result<(u64, u64), StoreError> {
+        let mut conn = self.store().pool().acquire().await?;
+        let (in_flight, exhausted) = DB::count_watched(&mut conn).await?;
+        let (in_flight, exhausted) = (
+            u64::try_from(in_flight).unwrap_or(0),
+            u64::try_from(exhausted).unwrap_or(0),
+        );
+        #[allow(clippy::cast_precision_loss, reason = "a gauge is an f64")]
+        {
+            metrics::gauge!(metric::RECORDS, "state" => "in_flight").set(in_flight as f64);
+            metrics::gauge!(metric::RECORDS, "state" => "exhausted").set(exhausted as f64);
+        }
+        Ok((in_flight, exhausted))
+    }
+
     /// Up to `limit` exhausted records, oldest first: what an operator
     /// settles, each with the recovery point its effects stop at.
     pub async fn exhausted(&self, limit: usize) -> Result<Vec<ExhaustedRecord>, StoreError> {
@@ -123,8 +172,15 @@ impl<DB: Backend> Idempotency<DB> {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut counted: Option<tokio::time::Instant> = None;
             loop {
                 tick.tick().await;
+                if counted.is_none_or(|at| at.elapsed() >= RECORDS_EVERY) {
+                    counted = Some(tokio::time::Instant::now());
+                    if let Err(e) = idem.refresh_record_gauges().await {
+                        tracing::warn!(error = %e, "could not count the key records");
+                    }
+                }
                 if let Err(e) = idem.complete_abandoned(100).await {
                     tracing::warn!(error = %e, "completer pass failed");
                 }

@@ -1,5 +1,6 @@
 //! The tower layer for single-phase handlers, and the extractors it feeds.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
@@ -7,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequestParts, Request};
+use axum::extract::{FromRequestParts, MatchedPath, Request};
 use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 use sqlx::Transaction;
@@ -18,6 +19,7 @@ use super::engine::{Idempotency, Prepared, is_unsafe};
 use super::error::{IdempotencyError, layer_missing};
 use super::gate::Turn;
 use super::key::IdempotencyKey;
+use super::outcome::{Outcome, after_claim, marked, observed};
 use super::response::is_rejection;
 use super::store::{Backend, BoxFuture};
 use super::support::Inbound;
@@ -109,6 +111,7 @@ impl<DB: Backend, S: Send + Sync> FromRequestParts<S> for IdemTx<DB> {
 pub struct IdempotencyLayer<DB: Backend> {
     idem: Idempotency<DB>,
     validator: Option<Validator>,
+    operation: Option<Cow<'static, str>>,
 }
 
 /// A check that runs on the request head and body after they are read and
@@ -121,6 +124,7 @@ impl<DB: Backend> Clone for IdempotencyLayer<DB> {
         IdempotencyLayer {
             idem: self.idem.clone(),
             validator: self.validator.clone(),
+            operation: self.operation.clone(),
         }
     }
 }
@@ -148,6 +152,15 @@ impl<DB: Backend> IdempotencyLayer<DB> {
         self.validator = Some(Arc::new(check));
         self
     }
+
+    /// The `operation` label its requests are counted under in
+    /// `idem_requests_total` (the operationId, where the API has one).
+    /// Without it, a request is counted under its method and matched route,
+    /// such as `POST /orders`.
+    pub fn operation(mut self, name: impl Into<Cow<'static, str>>) -> Self {
+        self.operation = Some(name.into());
+        self
+    }
 }
 
 impl<DB: Backend> std::fmt::Debug for IdempotencyLayer<DB> {
@@ -162,6 +175,7 @@ impl<DB: Backend> Idempotency<DB> {
         IdempotencyLayer {
             idem: self.clone(),
             validator: None,
+            operation: None,
         }
     }
 }
@@ -173,6 +187,7 @@ impl<DB: Backend, S> Layer<S> for IdempotencyLayer<DB> {
         IdempotencyService {
             idem: self.idem.clone(),
             validator: self.validator.clone(),
+            operation: self.operation.clone(),
             inner,
         }
     }
@@ -182,6 +197,7 @@ impl<DB: Backend, S> Layer<S> for IdempotencyLayer<DB> {
 pub struct IdempotencyService<DB: Backend, S> {
     idem: Idempotency<DB>,
     validator: Option<Validator>,
+    operation: Option<Cow<'static, str>>,
     inner: S,
 }
 
@@ -190,6 +206,7 @@ impl<DB: Backend, S: Clone> Clone for IdempotencyService<DB, S> {
         IdempotencyService {
             idem: self.idem.clone(),
             validator: self.validator.clone(),
+            operation: self.operation.clone(),
             inner: self.inner.clone(),
         }
     }
@@ -221,8 +238,22 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         let idem = self.idem.clone();
         let validator = self.validator.clone();
-        Box::pin(async move { Ok(run(idem, validator, inner, request).await) })
+        let operation = match &self.operation {
+            Some(name) => name.clone(),
+            None => Cow::Owned(route_name(&request)),
+        };
+        Box::pin(async move { Ok(observed(operation, run(idem, validator, inner, request)).await) })
     }
+}
+
+/// What a request on a layer without an operation name is counted under:
+/// its method and the route it matched.
+fn route_name(request: &Request) -> String {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str);
+    format!("{} {route}", request.method())
 }
 
 /// How a claimed request's response is settled.
@@ -306,19 +337,23 @@ async fn settle<DB: Backend>(
 ) -> Response {
     if is_rejection(&response) {
         drop(tx);
-        return response;
+        return after_claim(response, Outcome::Executed);
     }
     match (settle, prepared.key.as_deref()) {
         (Settle::Claimed(generation), Some(key)) => {
-            idem.finish(tx, &prepared.scope, key, generation, response)
-                .await
+            let sent = idem
+                .finish(tx, &prepared.scope, key, generation, response)
+                .await;
+            after_claim(sent, Outcome::Executed)
         }
+        // The claim is made at commit: a replay or a conflict there says
+        // what became of the request, its effect rolled back.
         (Settle::AtCommit(waited), Some(key)) => {
             idem.finish_at_commit(tx, prepared, key, response, waited)
                 .await
         }
         _ => match tx.commit().await {
-            Ok(()) => response,
+            Ok(()) => marked(response, Outcome::Executed),
             Err(e) => idem.store_error(e.into()).into_response(),
         },
     }
@@ -354,7 +389,7 @@ where
     if let Some(check) = &validator
         && let Some(refusal) = check(&parts, &prepared.body)
     {
-        return refusal;
+        return marked(refusal, Outcome::Refused);
     }
     let held = match claim(&idem, &prepared).await {
         Ok(held) => held,

@@ -34,8 +34,38 @@ use super::config::FailureReplay;
 use super::engine::Idempotency;
 use super::error::{IdempotencyError, StoreError};
 use super::key::provider_key;
+use super::outcome::{Outcome, after_claim, marked, observed};
 use super::response::{Reply, StoredResponse};
 use super::store::{Backend, BoxFuture, KeyRecord, Rescheduled, StepRecord, StepStatus};
+
+/// How one run of a phased request ended: the completer's outcomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunEnd {
+    /// Its answer is stored.
+    Completed,
+    /// A step ended it with a final, declared answer, stored.
+    Final,
+    /// A step failed transiently; the next run is scheduled.
+    Rescheduled,
+    /// Its schedule ran out: the record is terminal.
+    Exhausted,
+    /// Nothing of the above: refused before it began, the store failed, the
+    /// claim was lost, or the lock was let go for a retry.
+    Left,
+}
+
+impl RunEnd {
+    /// The `outcome` label of `idem_completer_runs_total`, where it has one.
+    pub(crate) fn label(self) -> Option<&'static str> {
+        match self {
+            RunEnd::Completed => Some("completed"),
+            RunEnd::Final => Some("final"),
+            RunEnd::Rescheduled => Some("rescheduled"),
+            RunEnd::Exhausted => Some("exhausted"),
+            RunEnd::Left => None,
+        }
+    }
+}
 
 /// Why a step stopped.
 #[derive(Debug, thiserror::Error)]
@@ -470,7 +500,9 @@ impl<DB: Backend> Idempotency<DB> {
         move |request: Request| {
             let idem = idem.clone();
             let operation = Arc::clone(&operation);
-            Box::pin(async move { idem.serve_phased(operation, request).await })
+            Box::pin(async move {
+                observed(operation.name(), idem.serve_phased(operation, request)).await
+            })
         }
     }
 
@@ -484,7 +516,7 @@ impl<DB: Backend> Idempotency<DB> {
             return self.missing_key().into_response();
         };
         if let Err(refusal) = operation.validate(&parts, &prepared.body) {
-            return refusal.into_response();
+            return marked(refusal.into_response(), Outcome::Refused);
         }
         // No per-key turn here: a phased claim commits with its first step,
         // after which duplicates see it and get the in-flight answer at once.
@@ -496,6 +528,11 @@ impl<DB: Backend> Idempotency<DB> {
             Ok(Ok(won)) => won,
             Ok(Err(answer)) => return answer,
             Err(e) => return e.into_response(),
+        };
+        let ran = if won.resumed.is_some() {
+            Outcome::Resumed
+        } else {
+            Outcome::Executed
         };
         let run = Run {
             idem: self.clone(),
@@ -512,25 +549,28 @@ impl<DB: Backend> Idempotency<DB> {
             recovery_point: "started".to_owned(),
             attempts: won.attempts,
         };
-        self.drive(operation, run, won.resumed).await.0
+        after_claim(self.drive(operation, run, won.resumed).await.0, ran)
     }
 
-    /// Runs (or resumes) `run` to an answer, storing it when definitive;
-    /// the flag says whether the record is now complete.
+    /// Runs (or resumes) `run` to an answer, storing it when definitive,
+    /// and says how the run ended.
     pub(crate) async fn drive(
         &self,
         operation: Arc<dyn Operation<DB>>,
         mut run: Run<DB>,
         resumed: Option<KeyRecord>,
-    ) -> (Response, bool) {
+    ) -> (Response, RunEnd) {
         if let Some(record) = resumed {
             run.recovery_point = record.recovery_point;
             let runs = u32::try_from(run.attempts).unwrap_or(u32::MAX);
             let age = std::time::Duration::from_millis(
-                u64::try_from(now_ms().saturating_sub(record.created_at)).unwrap_or(0),
+                u64::try_from(
+                    now_ms().saturating_sub(record.resumed_at.unwrap_or(record.created_at)),
+                )
+                .unwrap_or(0),
             );
             if self.policy().resume.exceeded(runs, age) {
-                return (self.exhaust(&mut run, &operation).await, false);
+                return self.exhaust(&mut run, &operation).await;
             }
             let steps = match run.pending.as_mut() {
                 Some(tx) => DB::load_steps(tx, &run.scope, &run.key).await,
@@ -540,22 +580,27 @@ impl<DB: Backend> Idempotency<DB> {
                 Ok(steps) => {
                     run.steps = steps.into_iter().map(|s| (s.step.clone(), s)).collect();
                 }
-                Err(e) => return (self.store_error(e).into_response(), false),
+                Err(e) => return (self.store_error(e).into_response(), RunEnd::Left),
             }
         }
         let outcome = operation.run(&mut run).await;
-        let reply = match outcome {
-            Ok(reply) => reply,
+        let (reply, ended) = match outcome {
+            Ok(reply) => (reply, RunEnd::Completed),
             Err(StepError::Reject(reply)) if !run.begun => {
                 // Nothing ran: dropping the uncommitted claim leaves no trace.
                 drop(run.pending.take());
-                return (reply.into_response(), false);
+                return (
+                    marked(reply.into_response(), Outcome::Refused),
+                    RunEnd::Left,
+                );
             }
-            Err(StepError::Reply(reply) | StepError::Reject(reply)) => *reply,
-            Err(StepError::LockLost) => return (IdempotencyError::LockLost.into_response(), false),
+            Err(StepError::Reply(reply) | StepError::Reject(reply)) => (*reply, RunEnd::Final),
+            Err(StepError::LockLost) => {
+                return (IdempotencyError::LockLost.into_response(), RunEnd::Left);
+            }
             Err(StepError::Store(e)) => {
                 self.release(&mut run).await;
-                return (self.store_error(e).into_response(), false);
+                return (self.store_error(e).into_response(), RunEnd::Left);
             }
             Err(StepError::Unavailable(message)) if !run.begun => {
                 // Nothing ran: the claim is dropped with its transaction.
@@ -569,24 +614,21 @@ impl<DB: Backend> Idempotency<DB> {
                 );
                 return (
                     IdempotencyError::Unavailable { message }.into_response(),
-                    false,
+                    RunEnd::Left,
                 );
             }
             Err(
                 e
                 @ (StepError::Transient(_) | StepError::Unavailable(_) | StepError::Output { .. }),
             ) => {
-                return (
-                    self.reschedule(&mut run, &operation, e.to_string()).await,
-                    false,
-                );
+                return self.reschedule(&mut run, &operation, e.to_string()).await;
             }
         };
         if self.policy().failure_replay == FailureReplay::Reattempt
             && reply.status().is_server_error()
         {
             self.release(&mut run).await;
-            return (reply.into_response(), false);
+            return (reply.into_response(), RunEnd::Left);
         }
         let (status, headers, body) = reply.into_parts();
         if body.len() > self.policy().max_response_body {
@@ -594,7 +636,7 @@ impl<DB: Backend> Idempotency<DB> {
             let error = IdempotencyError::ResponseTooLarge {
                 limit: self.policy().max_response_body,
             };
-            return (error.into_response(), false);
+            return (error.into_response(), RunEnd::Left);
         }
         let stored = StoredResponse::capture(status, &headers, &self.inner.replay_headers, body);
         let result: Result<bool, StoreError> = async {
@@ -624,10 +666,10 @@ impl<DB: Backend> Idempotency<DB> {
                         response.headers_mut().append(name.clone(), value.clone());
                     }
                 }
-                (response, true)
+                (response, ended)
             }
-            Ok(false) => (IdempotencyError::LockLost.into_response(), false),
-            Err(e) => (self.store_error(e).into_response(), false),
+            Ok(false) => (IdempotencyError::LockLost.into_response(), RunEnd::Left),
+            Err(e) => (self.store_error(e).into_response(), RunEnd::Left),
         }
     }
 
@@ -641,7 +683,7 @@ impl<DB: Backend> Idempotency<DB> {
         run: &mut Run<DB>,
         operation: &Arc<dyn Operation<DB>>,
         message: String,
-    ) -> Response {
+    ) -> (Response, RunEnd) {
         let resume = self.policy().resume;
         let recovery_point = run.recovery_point.clone();
         let incomplete = |retry_after| {
@@ -654,7 +696,7 @@ impl<DB: Backend> Idempotency<DB> {
         };
         if !run.begun {
             drop(run.pending.take());
-            return incomplete(self.policy().retry_after);
+            return (incomplete(self.policy().retry_after), RunEnd::Left);
         }
         let ceiling = resume.ceiling(u32::try_from(run.attempts).unwrap_or(u32::MAX));
         let wait = ceiling.mul_f64(rand::random::<f64>());
@@ -687,21 +729,21 @@ impl<DB: Backend> Idempotency<DB> {
                     error = %message,
                     "run failed; next attempt scheduled"
                 );
-                incomplete(super::engine::until(due))
+                (incomplete(super::engine::until(due)), RunEnd::Rescheduled)
             }
             Ok(Some(Rescheduled::Exhausted { attempts })) => {
                 self.report_exhausted(run, operation, attempts, &message);
-                IdempotencyError::Exhausted {
+                let answer = IdempotencyError::Exhausted {
                     recovery_point: run.recovery_point.clone(),
                     attempts,
-                }
-                .into_response()
+                };
+                (answer.into_response(), RunEnd::Exhausted)
             }
             // Taken over meanwhile: the new holder decides what happens next.
-            Ok(None) => IdempotencyError::LockLost.into_response(),
+            Ok(None) => (IdempotencyError::LockLost.into_response(), RunEnd::Left),
             Err(e) => {
                 tracing::warn!(error = %e, key = %run.key, "could not schedule the next attempt; the lock expires after lock-timeout");
-                incomplete(self.policy().lock_timeout)
+                (incomplete(self.policy().lock_timeout), RunEnd::Left)
             }
         }
     }
@@ -709,7 +751,11 @@ impl<DB: Backend> Idempotency<DB> {
     /// A takeover found the record past its bound (a run that crashed on
     /// its last attempt, or a record older than `give-up-after`): ends it
     /// `exhausted` without running anything.
-    async fn exhaust(&self, run: &mut Run<DB>, operation: &Arc<dyn Operation<DB>>) -> Response {
+    async fn exhaust(
+        &self,
+        run: &mut Run<DB>,
+        operation: &Arc<dyn Operation<DB>>,
+    ) -> (Response, RunEnd) {
         let outcome: Result<bool, StoreError> = async {
             let mut tx = run.begin().await?;
             let done = DB::exhaust(&mut tx, &run.scope, &run.key, run.generation).await?;
@@ -721,14 +767,14 @@ impl<DB: Backend> Idempotency<DB> {
             Ok(true) => {
                 let attempts = run.attempts.saturating_sub(1);
                 self.report_exhausted(run, operation, attempts, "its schedule ran out");
-                IdempotencyError::Exhausted {
+                let answer = IdempotencyError::Exhausted {
                     recovery_point: run.recovery_point.clone(),
                     attempts,
-                }
-                .into_response()
+                };
+                (answer.into_response(), RunEnd::Exhausted)
             }
-            Ok(false) => IdempotencyError::LockLost.into_response(),
-            Err(e) => self.store_error(e).into_response(),
+            Ok(false) => (IdempotencyError::LockLost.into_response(), RunEnd::Left),
+            Err(e) => (self.store_error(e).into_response(), RunEnd::Left),
         }
     }
 
@@ -768,13 +814,14 @@ impl<DB: Backend> Idempotency<DB> {
         }
     }
 
-    /// Resumes one abandoned record (the completer's unit of work). Returns
-    /// `Ok(false)` when someone else holds or finished it.
+    /// Resumes one abandoned record (the completer's unit of work): how its
+    /// run ended, and the operation's name; `None` when someone else holds
+    /// or finished it.
     pub(crate) async fn resume_abandoned(
         &self,
         scope: &str,
         key: &str,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<(RunEnd, String)>, StoreError> {
         // The operation first: its own policy's lock timeout decides whether
         // the record may be taken over.
         let name = {
@@ -784,25 +831,25 @@ impl<DB: Backend> Idempotency<DB> {
                     operation: Some(name),
                     ..
                 }) => name,
-                _ => return Ok(false),
+                _ => return Ok(None),
             }
         };
         let Some((operation, owner)) = self.operation(&name) else {
             tracing::warn!(scope, key, operation = %name, "abandoned request of an operation this process does not register");
-            return Ok(false);
+            return Ok(None);
         };
         let now = now_ms();
         let cutoff = now.saturating_sub(super::clock::ms(owner.policy().lock_timeout));
         let mut tx = owner.store().pool().begin().await?;
         let Some((generation, attempts)) = DB::take_over(&mut tx, scope, key, cutoff, now).await?
         else {
-            return Ok(false);
+            return Ok(None);
         };
         let Some(record) = DB::load(&mut tx, scope, key).await? else {
-            return Ok(false);
+            return Ok(None);
         };
         let Some(request) = record.request.clone() else {
-            return Ok(false);
+            return Ok(None);
         };
         let run = Run {
             idem: owner.clone(),
@@ -819,7 +866,7 @@ impl<DB: Backend> Idempotency<DB> {
             recovery_point: record.recovery_point.clone(),
             attempts,
         };
-        let (_, completed) = owner.drive(operation, run, Some(record)).await;
-        Ok(completed)
+        let (_, ended) = owner.drive(operation, run, Some(record)).await;
+        Ok(Some((ended, name)))
     }
 }

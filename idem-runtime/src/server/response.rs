@@ -106,7 +106,7 @@ impl StoredResponse {
             HeaderName::from_static(IDEMPOTENT_REPLAYED),
             HeaderValue::from_static(crate::protocol::IDEMPOTENT_REPLAYED_VALUE),
         );
-        response
+        super::outcome::marked(response, super::outcome::Outcome::Replayed)
     }
 }
 
@@ -323,7 +323,7 @@ impl IntoResponse for Fault {
             Some(Fault::RETRY_AFTER),
         );
         response.extensions_mut().insert(Unrecorded);
-        response
+        super::outcome::marked(response, super::outcome::Outcome::StoreUnavailable)
     }
 }
 

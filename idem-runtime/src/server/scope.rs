@@ -191,25 +191,7 @@ impl CredentialScope {
     }
 
     fn digest(&self, parts: &[(&str, &[u8])]) -> String {
-        use hmac::Mac as _;
-        let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.key) else {
-            // HMAC takes a key of any length.
-            return String::new();
-        };
-        for (scheme, value) in parts {
-            // Length-prefixed, so no two lists of credentials digest alike.
-            for field in [scheme.as_bytes(), value] {
-                mac.update(&(field.len() as u64).to_be_bytes());
-                mac.update(field);
-            }
-        }
-        let bytes = mac.finalize().into_bytes();
-        let mut out = String::with_capacity(5 + 32);
-        out.push_str("cred:");
-        for b in &bytes[..16] {
-            out.push_str(&format!("{b:02x}"));
-        }
-        out
+        credential_digest(&self.key, parts)
     }
 
     fn describe(&self) -> String {
@@ -239,6 +221,37 @@ impl CredentialScope {
             )
         }
     }
+}
+
+/// The scope a credential-scoped key is stored under: `cred:` and the
+/// first 32 hex digits of the HMAC-SHA-256, under `digest_key`, of each
+/// `(security scheme name, credential)` of the requirement the request met.
+/// What `idem keys show --credential-from-env` computes to find a key.
+///
+/// ```
+/// let scope = idem_runtime::server::credential_digest(&[7; 32], &[("bearerAuth", b"sk_test_1")]);
+/// assert!(scope.starts_with("cred:") && scope.len() == 37);
+/// ```
+pub fn credential_digest(digest_key: &[u8], credentials: &[(&str, &[u8])]) -> String {
+    use hmac::Mac as _;
+    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(digest_key) else {
+        // HMAC takes a key of any length.
+        return String::new();
+    };
+    for (scheme, value) in credentials {
+        // Length-prefixed, so no two lists of credentials digest alike.
+        for field in [scheme.as_bytes(), value] {
+            mac.update(&(field.len() as u64).to_be_bytes());
+            mac.update(field);
+        }
+    }
+    let bytes = mac.finalize().into_bytes();
+    let mut out = String::with_capacity(5 + 32);
+    out.push_str("cred:");
+    for b in &bytes[..16] {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
 }
 
 /// Two values where one credential goes: which one an authenticator read

@@ -50,7 +50,7 @@ impl<DB: Backend> Idempotency<DB> {
         if let Ok(location) = HeaderValue::from_str(&url) {
             headers.insert(header::LOCATION, location);
         }
-        response
+        super::outcome::marked(response, super::outcome::Outcome::InFlight)
     }
 
     /// An axum router serving the key status resource at

@@ -20,10 +20,12 @@ use super::gate::KeyGate;
 use super::health::{Admit, Failure, Health, classify};
 
 mod backend;
+mod inspect;
 mod records;
 mod sql;
 
 pub use backend::Backend;
+pub use inspect::{Inspect, Inspected, KeyStats, ListFilter, Schema};
 pub use records::*;
 use sql::lock_timeout_setting;
 
@@ -102,9 +104,15 @@ impl<DB: Backend> Store<DB> {
         };
         // Dead pooled connections met before giving up; each is discarded.
         let mut dead = 0;
+        let started = watch.started;
+        let waited = || {
+            metrics::histogram!(crate::metric::STORE_WAIT_SECONDS)
+                .record(started.elapsed().as_secs_f64());
+        };
         loop {
             let error = match tokio::time::timeout_at(until, self.pool.begin()).await {
                 Ok(Ok(tx)) => {
+                    waited();
                     watch.armed = false;
                     self.health.answered();
                     return Ok(tx);
@@ -117,6 +125,7 @@ impl<DB: Backend> Store<DB> {
                 dead += 1;
                 continue;
             }
+            waited();
             watch.armed = false;
             if let Some(down_for) = self.health.failed(failure, wait) {
                 if let Some(e) = &error {

@@ -248,19 +248,30 @@ pub async fn keyed<F: std::future::Future>(cx: &Context, f: F) -> F::Output {
     }
 }
 
-async fn overloaded(_: tower::BoxError) -> Response {
-    refusal(
-        crate::protocol::OVERLOADED,
-        crate::protocol::OVERLOADED.message,
-    )
+/// The refusal of a request over an in-flight limit, counted `refused`
+/// under `operation`: it never reaches the route.
+fn overloaded(
+    operation: &'static str,
+) -> impl Fn(tower::BoxError) -> std::future::Ready<Response> + Clone {
+    move |_| {
+        let started = Instant::now();
+        let response = refusal(
+            crate::protocol::OVERLOADED,
+            crate::protocol::OVERLOADED.message,
+        );
+        super::outcome::count(&operation.into(), super::Outcome::Refused, started);
+        std::future::ready(response)
+    }
 }
 
 /// Tower's concurrency limit behind its load shedder, refusals answered
 /// as [`OVERLOADED`](crate::protocol::OVERLOADED).
 macro_rules! shedding {
-    ($max:expr) => {
+    ($max:expr, $operation:expr) => {
         tower::ServiceBuilder::new()
-            .layer(axum::error_handling::HandleErrorLayer::new(overloaded))
+            .layer(axum::error_handling::HandleErrorLayer::new(overloaded(
+                $operation,
+            )))
             .layer(tower::load_shed::LoadShedLayer::new())
             .layer(tower::limit::GlobalConcurrencyLimitLayer::new($max.max(1)))
     };
@@ -268,18 +279,21 @@ macro_rules! shedding {
 
 /// Admission control for a whole router: at most `max_in_flight` requests
 /// at once; the next one is answered `503 overloaded` with `Retry-After` at
-/// once, without queueing.
+/// once, without queueing. Such a refusal comes before routing, so
+/// `idem_requests_total` counts it `refused` under the operation `*`.
 pub fn admit(router: axum::Router, max_in_flight: usize) -> axum::Router {
-    router.layer(shedding!(max_in_flight))
+    router.layer(shedding!(max_in_flight, "*"))
 }
 
 /// Admission control for one route (an operation's own
-/// `x-admission.max-in-flight`).
+/// `x-admission.max-in-flight`); a refusal is counted `refused` under
+/// `operation`.
 pub fn admit_route(
     route: axum::routing::MethodRouter,
     max_in_flight: usize,
+    operation: &'static str,
 ) -> axum::routing::MethodRouter {
-    route.layer(shedding!(max_in_flight))
+    route.layer(shedding!(max_in_flight, operation))
 }
 
 /// A reply with `body` serialized as JSON, sent as `content_type`.

@@ -134,6 +134,9 @@ pub trait Backend: sqlx::Database + Sized {
     /// How many records are [`KeyState::Exhausted`].
     fn count_exhausted(conn: &mut Self::Connection) -> BoxFuture<'_, Result<i64, StoreError>>;
 
+    /// How many records are in flight and how many exhausted.
+    fn count_watched(conn: &mut Self::Connection) -> BoxFuture<'_, Result<(i64, i64), StoreError>>;
+
     /// Up to `limit` exhausted records, oldest first.
     fn exhausted(
         conn: &mut Self::Connection,

@@ -99,6 +99,11 @@ pub struct KeyRecord {
     pub response: Option<StoredResponse>,
     /// When the key was claimed (ms since epoch); the replay window starts here.
     pub created_at: i64,
+    /// When its response was stored (ms since epoch).
+    pub completed_at: Option<i64>,
+    /// When an operator last made it due again after it was exhausted (ms
+    /// since epoch): its resume schedule counts from here.
+    pub resumed_at: Option<i64>,
     /// Runs of the request so far, the first included: every takeover (by a
     /// retry or the completer) adds one.
     pub attempts: i64,

@@ -15,7 +15,8 @@ use super::records::*;
 
 const SELECT_RECORD: &str = "SELECT scope, idem_key, fingerprint, state, operation, request_method, \
      request_path, request_body, recovery_point, lock_generation, locked_at, response_status, \
-     response_headers, response_body, created_at, attempts, next_attempt_at FROM idem_keys \
+     response_headers, response_body, created_at, completed_at, attempts, next_attempt_at, \
+     resumed_at FROM idem_keys \
      WHERE scope = $1 AND idem_key = $2";
 
 // The claim of a single-phase request binds what it writes and nothing
@@ -188,7 +189,8 @@ const TAKE_OVER: &str = "UPDATE idem_keys SET locked_at = $4, lock_generation = 
 // The right-hand sides read the row as it was, so `attempts` is the count of
 // runs including the one that just failed.
 const RESCHEDULE: &str = "UPDATE idem_keys SET locked_at = NULL, next_attempt_at = $4, \
-     state = CASE WHEN attempts >= $5 OR $4 > created_at + $6 THEN 'exhausted' ELSE 'in_flight' END \
+     state = CASE WHEN attempts >= $5 OR $4 > COALESCE(resumed_at, created_at) + $6 \
+       THEN 'exhausted' ELSE 'in_flight' END \
      WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight' \
      RETURNING state, attempts";
 
@@ -196,6 +198,11 @@ const RESCHEDULE: &str = "UPDATE idem_keys SET locked_at = NULL, next_attempt_at
 const EXHAUST: &str = "UPDATE idem_keys SET state = 'exhausted', locked_at = NULL, \
      attempts = attempts - 1 \
      WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
+
+const COUNT_WATCHED: &str = "SELECT \
+     COALESCE(SUM(CASE WHEN state = 'in_flight' THEN 1 ELSE 0 END), 0), \
+     COALESCE(SUM(CASE WHEN state = 'exhausted' THEN 1 ELSE 0 END), 0) \
+     FROM idem_keys WHERE state <> 'complete'";
 
 const COUNT_EXHAUSTED: &str = "SELECT COUNT(*) FROM idem_keys WHERE state = 'exhausted'";
 
@@ -256,6 +263,11 @@ const SQLITE_MIGRATIONS: &[Migration] = &[
         description: "resume schedule and the exhausted state",
         sql: include_str!("../../../migrations/sqlite/0002_resume_schedule.sql"),
     },
+    Migration {
+        version: 3,
+        description: "when an operator last resumed a record",
+        sql: include_str!("../../../migrations/sqlite/0003_resumed_at.sql"),
+    },
 ];
 
 const POSTGRES_MIGRATIONS: &[Migration] = &[
@@ -274,7 +286,16 @@ const POSTGRES_MIGRATIONS: &[Migration] = &[
         description: "the state column without its CHECK constraint",
         sql: include_str!("../../../migrations/postgres/0003_state_unchecked.sql"),
     },
+    Migration {
+        version: 4,
+        description: "when an operator last resumed a record",
+        sql: include_str!("../../../migrations/postgres/0004_resumed_at.sql"),
+    },
 ];
+
+/// The newest schema version this build writes, per engine.
+pub(super) const SQLITE_SCHEMA_VERSION: i64 = 3;
+pub(super) const POSTGRES_SCHEMA_VERSION: i64 = 4;
 
 // Both engines serialize the migration run: SQLite through its single writer
 // (the first statement writes), PostgreSQL through a transaction-scoped
@@ -282,7 +303,7 @@ const POSTGRES_MIGRATIONS: &[Migration] = &[
 const SQLITE_MIGRATION_LOCK: &str = "SELECT 1";
 const POSTGRES_MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock(7263541209)";
 
-fn record_from_row<R>(row: &R) -> Result<KeyRecord, StoreError>
+pub(super) fn record_from_row<R>(row: &R) -> Result<KeyRecord, StoreError>
 where
     R: Row,
     for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
@@ -327,6 +348,8 @@ where
         locked_at: row.try_get("locked_at")?,
         response,
         created_at: row.try_get("created_at")?,
+        completed_at: row.try_get("completed_at")?,
+        resumed_at: row.try_get("resumed_at")?,
         attempts: row.try_get("attempts")?,
         next_attempt_at: row.try_get("next_attempt_at")?,
     })
@@ -584,6 +607,16 @@ macro_rules! impl_backend {
                         .execute(&mut *conn)
                         .await?;
                     Ok(done.rows_affected() == 1)
+                })
+            }
+
+            fn count_watched(
+                conn: &mut Self::Connection,
+            ) -> BoxFuture<'_, Result<(i64, i64), StoreError>> {
+                Box::pin(async move {
+                    let counts: (i64, i64) =
+                        sqlx::query_as(COUNT_WATCHED).fetch_one(&mut *conn).await?;
+                    Ok(counts)
                 })
             }
 

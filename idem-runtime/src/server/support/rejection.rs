@@ -128,7 +128,10 @@ impl std::error::Error for Rejection {}
 
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
-        self.into_reply().into_response()
+        crate::server::outcome::marked(
+            self.into_reply().into_response(),
+            crate::server::Outcome::Refused,
+        )
     }
 }
 
@@ -162,5 +165,5 @@ pub(crate) fn refusal(refusal: crate::protocol::Refusal, message: &str) -> Respo
             HeaderValue::from(crate::protocol::OVERLOADED_RETRY_AFTER_SECS),
         );
     }
-    response
+    crate::server::outcome::marked(response, crate::server::Outcome::Refused)
 }

@@ -1,0 +1,268 @@
+//! Reading the key store for an operator (`idem keys`), and the one change
+//! it makes when asked: an exhausted record made due again.
+
+use sqlx::postgres::Postgres;
+use sqlx::{Pool, Sqlite};
+
+use crate::server::error::StoreError;
+
+use super::backend::Backend;
+use super::records::{BoxFuture, KeyRecord, KeyState, StepRecord};
+use super::sql::{POSTGRES_SCHEMA_VERSION, SQLITE_SCHEMA_VERSION, record_from_row};
+
+/// One record, whole: the key row and its phase steps.
+#[derive(Debug, Clone)]
+pub struct Inspected {
+    /// The key row, stored request and response included.
+    pub record: KeyRecord,
+    /// The steps of a phased operation, in the order they were recorded.
+    pub steps: Vec<StepRecord>,
+}
+
+/// Which records [`Inspect::list`] returns, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only records in this state.
+    pub state: Option<KeyState>,
+    /// Only records of this phased operation (single-phase records keep no
+    /// operation name).
+    pub operation: Option<String>,
+    /// Only records claimed before this time (ms since epoch).
+    pub claimed_before: Option<i64>,
+    /// At most this many.
+    pub limit: i64,
+}
+
+/// What the store holds, by state and operation.
+#[derive(Debug, Clone, Default)]
+pub struct KeyStats {
+    /// `(state, operation, count)`; the operation is `None` for
+    /// single-phase records.
+    pub by_state: Vec<(KeyState, Option<String>, i64)>,
+    /// The in-flight record claimed longest ago.
+    pub oldest_in_flight: Option<KeyRecord>,
+    /// `(state, count)` of the records the next reaper pass deletes.
+    pub reapable: Vec<(KeyState, i64)>,
+}
+
+/// The schema a database holds, as [`Inspect::schema`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    /// No idem tables: not a key store, or one never migrated.
+    Missing,
+    /// The newest migration applied, and the newest this build knows.
+    Version {
+        /// Applied.
+        found: i64,
+        /// Known to this build.
+        known: i64,
+    },
+}
+
+/// The operator's queries, on each engine idem supports.
+pub trait Inspect: Backend {
+    /// Which schema version the database holds.
+    fn schema(pool: &Pool<Self>) -> BoxFuture<'_, Result<Schema, StoreError>>;
+
+    /// The record of `key` under `scope`, with its steps.
+    fn inspect<'a>(
+        pool: &'a Pool<Self>,
+        scope: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Inspected>, StoreError>>;
+
+    /// Every scope that holds `key` (at most `limit`).
+    fn scopes_holding<'a>(
+        pool: &'a Pool<Self>,
+        key: &'a str,
+        limit: i64,
+    ) -> BoxFuture<'a, Result<Vec<String>, StoreError>>;
+
+    /// The records `filter` selects, oldest first, without their bodies.
+    fn list<'a>(
+        pool: &'a Pool<Self>,
+        filter: &'a ListFilter,
+    ) -> BoxFuture<'a, Result<Vec<KeyRecord>, StoreError>>;
+
+    /// Counts by state and operation, the oldest in-flight record, and what
+    /// a reaper pass with cutoff `reap_before` (ms since epoch) deletes.
+    fn stats(pool: &Pool<Self>, reap_before: i64) -> BoxFuture<'_, Result<KeyStats, StoreError>>;
+
+    /// Makes the exhausted phased record of `key` due again at `now`: back
+    /// in flight, unlocked, its attempts and age counted afresh from `now`.
+    /// Its finished steps stay finished. `false` when no exhausted phased
+    /// record of that key exists.
+    fn resume<'a>(
+        pool: &'a Pool<Self>,
+        scope: &'a str,
+        key: &'a str,
+        now: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+}
+
+const COLUMNS: &str = "scope, idem_key, fingerprint, state, operation, request_method, \
+     request_path, request_body, recovery_point, lock_generation, locked_at, response_status, \
+     response_headers, response_body, created_at, completed_at, attempts, next_attempt_at, \
+     resumed_at";
+
+// The list leaves the bodies out: a page of records stays small.
+const LIST: &str = "SELECT scope, idem_key, fingerprint, state, operation, request_method, \
+     request_path, NULL AS request_body, recovery_point, lock_generation, locked_at, \
+     response_status, NULL AS response_headers, NULL AS response_body, created_at, completed_at, \
+     attempts, next_attempt_at, resumed_at FROM idem_keys \
+     WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR operation = $2) \
+       AND ($3 IS NULL OR created_at < $3) \
+     ORDER BY created_at, scope, idem_key LIMIT $4";
+
+const SCOPES_HOLDING: &str =
+    "SELECT scope FROM idem_keys WHERE idem_key = $1 ORDER BY created_at LIMIT $2";
+
+const BY_STATE: &str = "SELECT state, operation, COUNT(*) FROM idem_keys \
+     GROUP BY state, operation ORDER BY state, operation";
+
+const REAPABLE: &str = "SELECT state, COUNT(*) FROM idem_keys WHERE created_at < $1 \
+     GROUP BY state ORDER BY state";
+
+const RESUME: &str = "UPDATE idem_keys SET state = 'in_flight', locked_at = NULL, \
+     next_attempt_at = $3, attempts = 0, resumed_at = $3 \
+     WHERE scope = $1 AND idem_key = $2 AND state = 'exhausted' AND operation IS NOT NULL";
+
+const SQLITE_HAS_TABLES: &str = "SELECT COUNT(*) FROM sqlite_master \
+     WHERE type = 'table' AND name IN ('idem_keys', 'idem_schema_migrations')";
+const POSTGRES_HAS_TABLES: &str = "SELECT COUNT(*) FROM pg_catalog.pg_tables \
+     WHERE schemaname = ANY (current_schemas(false)) \
+       AND tablename IN ('idem_keys', 'idem_schema_migrations')";
+
+fn state_of(value: &str) -> Result<KeyState, StoreError> {
+    KeyState::parse(value)
+}
+
+macro_rules! impl_inspect {
+    ($db:ty, $has_tables:expr, $known:expr) => {
+        impl Inspect for $db {
+            fn schema(pool: &Pool<Self>) -> BoxFuture<'_, Result<Schema, StoreError>> {
+                Box::pin(async move {
+                    let tables: i64 = sqlx::query_scalar($has_tables).fetch_one(pool).await?;
+                    if tables < 2 {
+                        return Ok(Schema::Missing);
+                    }
+                    let found: Option<i64> =
+                        sqlx::query_scalar("SELECT MAX(version) FROM idem_schema_migrations")
+                            .fetch_one(pool)
+                            .await?;
+                    Ok(Schema::Version {
+                        found: found.unwrap_or(0),
+                        known: $known,
+                    })
+                })
+            }
+
+            fn inspect<'a>(
+                pool: &'a Pool<Self>,
+                scope: &'a str,
+                key: &'a str,
+            ) -> BoxFuture<'a, Result<Option<Inspected>, StoreError>> {
+                Box::pin(async move {
+                    let select = format!(
+                        "SELECT {COLUMNS} FROM idem_keys WHERE scope = $1 AND idem_key = $2"
+                    );
+                    let row = sqlx::query(&select)
+                        .bind(scope)
+                        .bind(key)
+                        .fetch_optional(pool)
+                        .await?;
+                    let Some(row) = row else {
+                        return Ok(None);
+                    };
+                    let record = record_from_row(&row)?;
+                    let mut conn = pool.acquire().await?;
+                    let steps = <$db as Backend>::load_steps(&mut conn, scope, key).await?;
+                    Ok(Some(Inspected { record, steps }))
+                })
+            }
+
+            fn scopes_holding<'a>(
+                pool: &'a Pool<Self>,
+                key: &'a str,
+                limit: i64,
+            ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+                Box::pin(async move {
+                    Ok(sqlx::query_scalar(SCOPES_HOLDING)
+                        .bind(key)
+                        .bind(limit)
+                        .fetch_all(pool)
+                        .await?)
+                })
+            }
+
+            fn list<'a>(
+                pool: &'a Pool<Self>,
+                filter: &'a ListFilter,
+            ) -> BoxFuture<'a, Result<Vec<KeyRecord>, StoreError>> {
+                Box::pin(async move {
+                    let rows = sqlx::query(LIST)
+                        .bind(filter.state.map(KeyState::as_str))
+                        .bind(filter.operation.as_deref())
+                        .bind(filter.claimed_before)
+                        .bind(filter.limit)
+                        .fetch_all(pool)
+                        .await?;
+                    rows.iter().map(record_from_row).collect()
+                })
+            }
+
+            fn stats(
+                pool: &Pool<Self>,
+                reap_before: i64,
+            ) -> BoxFuture<'_, Result<KeyStats, StoreError>> {
+                Box::pin(async move {
+                    let rows: Vec<(String, Option<String>, i64)> =
+                        sqlx::query_as(BY_STATE).fetch_all(pool).await?;
+                    let by_state = rows
+                        .into_iter()
+                        .map(|(state, op, n)| Ok((state_of(&state)?, op, n)))
+                        .collect::<Result<_, StoreError>>()?;
+                    let filter = ListFilter {
+                        state: Some(KeyState::InFlight),
+                        limit: 1,
+                        ..ListFilter::default()
+                    };
+                    let oldest_in_flight = Self::list(pool, &filter).await?.into_iter().next();
+                    let rows: Vec<(String, i64)> = sqlx::query_as(REAPABLE)
+                        .bind(reap_before)
+                        .fetch_all(pool)
+                        .await?;
+                    let reapable = rows
+                        .into_iter()
+                        .map(|(state, n)| Ok((state_of(&state)?, n)))
+                        .collect::<Result<_, StoreError>>()?;
+                    Ok(KeyStats {
+                        by_state,
+                        oldest_in_flight,
+                        reapable,
+                    })
+                })
+            }
+
+            fn resume<'a>(
+                pool: &'a Pool<Self>,
+                scope: &'a str,
+                key: &'a str,
+                now: i64,
+            ) -> BoxFuture<'a, Result<bool, StoreError>> {
+                Box::pin(async move {
+                    let done = sqlx::query(RESUME)
+                        .bind(scope)
+                        .bind(key)
+                        .bind(now)
+                        .execute(pool)
+                        .await?;
+                    Ok(done.rows_affected() == 1)
+                })
+            }
+        }
+    };
+}
+
+impl_inspect!(Sqlite, SQLITE_HAS_TABLES, SQLITE_SCHEMA_VERSION);
+impl_inspect!(Postgres, POSTGRES_HAS_TABLES, POSTGRES_SCHEMA_VERSION);

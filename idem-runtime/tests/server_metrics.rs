@@ -1,0 +1,140 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed setup step should abort the test"
+)]
+//! A hand-wired layer counts its requests as a generated route does: one
+//! outcome each in `idem_requests_total`, under the name it was given or its
+//! method and route. (The generated router's own counts are tested in the
+//! payments example, `tests/metrics.rs`.) The recorder is global to the
+//! process, so this file holds one test.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::routing::post;
+use http::StatusCode;
+use idem_runtime::server::{Backend, HeaderScope, IdemTx, Idempotency, Store};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+async fn create<DB: Backend>(_tx: IdemTx<DB>, body: String) -> (StatusCode, String) {
+    (StatusCode::CREATED, format!("{{\"echo\":{body:?}}}"))
+}
+
+async fn serve<DB: Backend>(store: Store<DB>) -> String {
+    store.migrate().await.unwrap();
+    let idem = Idempotency::builder(store)
+        .scope(HeaderScope::new("x-account-id"))
+        .build()
+        .unwrap();
+    let refuse_empty = |_: &http::request::Parts, body: &axum::body::Bytes| {
+        use axum::response::IntoResponse as _;
+        body.is_empty()
+            .then(|| (StatusCode::BAD_REQUEST, "empty").into_response())
+    };
+    let app: Router = Router::new()
+        .route("/orders", post(create::<DB>))
+        .route_layer(idem.layer().validate(refuse_empty))
+        .merge(
+            Router::new()
+                .route("/refunds", post(create::<DB>))
+                .route_layer(idem.layer().operation("createRefund")),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+async fn scenario(base: &str, drain: &dyn Fn() -> BTreeMap<String, u64>, db: &str) {
+    let http = reqwest::Client::new();
+    let send = |path: &str, key: Option<&str>, body: &str| {
+        let mut request = http
+            .post(format!("{base}{path}"))
+            .header("x-account-id", "acct-1")
+            .body(body.to_owned());
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        request.send()
+    };
+    let key = format!("k-{:x}", rand::random::<u64>());
+    drain();
+    assert_eq!(
+        send("/orders", Some(&key), "a").await.unwrap().status(),
+        201
+    );
+    assert_eq!(
+        send("/orders", Some(&key), "a").await.unwrap().status(),
+        201
+    );
+    assert_eq!(
+        send("/orders", Some(&key), "b").await.unwrap().status(),
+        409
+    );
+    assert_eq!(send("/orders", None, "a").await.unwrap().status(), 400);
+    assert_eq!(
+        send("/orders", Some("fresh"), "").await.unwrap().status(),
+        400
+    );
+    assert_eq!(
+        send("/refunds", Some(&format!("{key}-refund")), "a")
+            .await
+            .unwrap()
+            .status(),
+        201
+    );
+    let want: BTreeMap<String, u64> = [
+        ("POST /orders/executed", 1),
+        ("POST /orders/replayed", 1),
+        ("POST /orders/reused", 1),
+        ("POST /orders/refused", 2),
+        ("createRefund/executed", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(drain(), want, "{db}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_wired_layer_counts_one_outcome_per_request() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install().unwrap();
+    let drain = move || {
+        let mut counts = BTreeMap::new();
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let key = key.key();
+            if key.name() != "idem_requests_total" {
+                continue;
+            }
+            let label = |name: &str| {
+                key.labels()
+                    .find(|l| l.key() == name)
+                    .map(|l| l.value().to_owned())
+                    .unwrap_or_default()
+            };
+            if let DebugValue::Counter(n) = value
+                && n > 0
+            {
+                counts.insert(format!("{}/{}", label("operation"), label("outcome")), n);
+            }
+        }
+        counts
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("l.db").display());
+    let base = serve(Store::open_sqlite(&url).await.unwrap()).await;
+    scenario(&base, &drain, "sqlite").await;
+
+    match std::env::var("IDEM_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => {
+            let store = Store::connect_postgres(&url, 4).await.unwrap();
+            let base = serve(store).await;
+            scenario(&base, &drain, "postgres").await;
+        }
+        _ => eprintln!("skipped on PostgreSQL: IDEM_TEST_DATABASE_URL is not set"),
+    }
+}
