@@ -3,8 +3,13 @@
 //!
 //! ```text
 //! cargo run --release -p idem-runtime --no-default-features --features server \
-//!     --example server_bench -- [--requests N] [--concurrency C]
+//!     --example server_bench -- [--requests N] [--concurrency C] \
+//!     [--recorder none|prometheus]
 //! ```
+//!
+//! `--recorder prometheus` installs the Prometheus recorder, so every
+//! request's metrics are recorded as a deployment that exports them would;
+//! without it (`none`), the metrics go to the facade's no-op recorder.
 //!
 //! PostgreSQL runs when `IDEM_TEST_DATABASE_URL` is set. Each scenario sends
 //! N requests from C concurrent tasks after a warm-up, all through one
@@ -409,8 +414,17 @@ async fn main() -> anyhow::Result<()> {
             "--concurrency" => concurrency = args.next().context("--concurrency C")?.parse()?,
             "--pg-pool" => pg_pool = args.next().context("--pg-pool N")?.parse()?,
             "--rounds" => rounds = args.next().context("--rounds R")?.parse()?,
+            "--recorder" => match args.next().as_deref() {
+                Some("none") => {}
+                Some("prometheus") => {
+                    metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+                    idem_runtime::metric::describe();
+                }
+                _ => anyhow::bail!("--recorder none|prometheus"),
+            },
             other => anyhow::bail!(
-                "unknown argument {other}; use --requests N --concurrency C --pg-pool N --rounds R"
+                "unknown argument {other}; use --requests N --concurrency C --pg-pool N --rounds R \
+                 --recorder none|prometheus"
             ),
         }
     }

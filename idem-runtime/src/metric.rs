@@ -26,7 +26,9 @@ pub const COMPLETER_RUNS_TOTAL: &str = "idem_completer_runs_total";
 /// Records the reaper deleted, by `state` (`complete`, `incomplete`).
 pub const REAPED_TOTAL: &str = "idem_reaped_total";
 /// Records in a state an operator watches, by `state` (`in_flight`,
-/// `exhausted`), refreshed by each pass of the background jobs.
+/// `exhausted`, and `stale`: in flight past `lock-timeout` with their next
+/// run due, which the completer should have taken), refreshed by the
+/// background jobs.
 pub const RECORDS: &str = "idem_records";
 
 /// Logical client calls, by `operation` and `outcome` (`ok`, `error`,
@@ -81,7 +83,8 @@ pub fn describe() {
     describe_gauge!(
         RECORDS,
         Unit::Count,
-        "Key records in flight or exhausted, as of the background jobs' last pass"
+        "Key records in flight, exhausted, or stale (in flight past lock-timeout and due), as of \
+         the background jobs' last count"
     );
     describe_counter!(
         CLIENT_CALLS_TOTAL,

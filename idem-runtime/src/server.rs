@@ -80,5 +80,5 @@ pub use scope::{
 pub use store::{
     Backend, BoxFuture, ExhaustedRecord, Inspect, Inspected, KeyRecord, KeyState, KeyStats,
     ListFilter, NewClaim, ReapedRecord, Rescheduled, Schema, StepRecord, StepStatus, Store,
-    StoredRequest,
+    StoredRequest, WatchedCounts,
 };

@@ -16,8 +16,11 @@
 //! ```text
 //! cargo run --release -p payments-demo --example keyed_bench -- \
 //!     [--requests N] [--concurrency C] [--rounds R] [--store sqlite|postgres] \
-//!     [--only 1,2]
+//!     [--only 1,2] [--recorder none|prometheus]
 //! ```
+//!
+//! `--recorder prometheus` installs the Prometheus recorder, so every
+//! request's metrics are recorded as an exporting deployment's would.
 //!
 //! `--store` runs one engine; `--only` runs only the numbered
 //! configurations (1–6 in the order of the tables), for a profiler.
@@ -631,9 +634,18 @@ async fn main() -> anyhow::Result<()> {
         arg("--concurrency", 16),
         arg("--rounds", 9),
     );
+    let recorder = text_arg("--recorder").unwrap_or_else(|| "none".to_owned());
+    match recorder.as_str() {
+        "none" => {}
+        "prometheus" => {
+            metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+            idem_runtime::metric::describe();
+        }
+        other => anyhow::bail!("--recorder {other}: use none or prometheus"),
+    }
     println!(
         "{requests} requests per run, {concurrency} connections, a unique key per request, \
-         {rounds} paired rounds, loopback"
+         {rounds} paired rounds, loopback, metrics recorder: {recorder}"
     );
     let dir = tempfile::tempdir()?;
     let sqlite_url = |name: &str| format!("sqlite://{}?mode=rwc", dir.path().join(name).display());

@@ -326,6 +326,13 @@ where
         tokio::spawn(async move { payout(&http, &base, &account, &key).await.status() })
     };
     tokio::time::sleep(Duration::from_millis(2300)).await;
+    // Its lock is older than lock-timeout and nothing took it yet: stale.
+    let watched = app.idem.refresh_record_gauges().await.unwrap();
+    assert_eq!(
+        (watched.in_flight, watched.stale),
+        (1, 1),
+        "{db}: {watched:?}"
+    );
     bank.answer_after(Duration::ZERO);
     let retry = app.payout(&account, &key).await;
     assert_eq!(
@@ -372,8 +379,7 @@ where
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         app.idem.complete_abandoned(10).await.unwrap();
-        let (_, exhausted) = app.idem.refresh_record_gauges().await.unwrap();
-        if exhausted == 1 {
+        if app.idem.refresh_record_gauges().await.unwrap().exhausted == 1 {
             break;
         }
         passes += 1;

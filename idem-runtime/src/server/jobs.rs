@@ -11,7 +11,7 @@ use super::clock::{ms, now_ms};
 use super::engine::Idempotency;
 use super::error::StoreError;
 use super::phased::RunEnd;
-use super::store::{Backend, ExhaustedRecord, KeyState, ReapedRecord};
+use super::store::{Backend, ExhaustedRecord, KeyState, ReapedRecord, WatchedCounts};
 use crate::metric;
 
 /// How often the background jobs count the records in flight and
@@ -139,23 +139,25 @@ impl<DB: Backend> Idempotency<DB> {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    /// Counts the records in flight and the exhausted ones, and sets the
-    /// `idem_records{state}` gauges to them. The background jobs call it
-    /// on their first pass and then at most every [`RECORDS_EVERY`]; it
-    /// scans the key table.
-    pub async fn refresh_record_gauges(&self) -> Result<(u64, u64), StoreError> {
+    /// Counts the records in flight, exhausted and stale (in flight past
+    /// the shortest `lock-timeout` with their next run due: what the
+    /// completer should have taken), and sets the `idem_records{state}`
+    /// gauges to them. The background jobs call it on their first pass and
+    /// then at most every [`RECORDS_EVERY`]; it scans the key table.
+    pub async fn refresh_record_gauges(&self) -> Result<WatchedCounts, StoreError> {
+        let now = now_ms();
+        let cutoff = now.saturating_sub(ms(self.horizons().0));
         let mut conn = self.store().pool().acquire().await?;
-        let (in_flight, exhausted) = DB::count_watched(&mut conn).await?;
-        let (in_flight, exhausted) = (
-            u64::try_from(in_flight).unwrap_or(0),
-            u64::try_from(exhausted).unwrap_or(0),
-        );
-        #[allow(clippy::cast_precision_loss, reason = "a gauge is an f64")]
-        {
-            metrics::gauge!(metric::RECORDS, "state" => "in_flight").set(in_flight as f64);
-            metrics::gauge!(metric::RECORDS, "state" => "exhausted").set(exhausted as f64);
+        let counts = DB::count_watched(&mut conn, cutoff, now).await?;
+        for (state, count) in [
+            ("in_flight", counts.in_flight),
+            ("exhausted", counts.exhausted),
+            ("stale", counts.stale),
+        ] {
+            #[allow(clippy::cast_precision_loss, reason = "a gauge is an f64")]
+            metrics::gauge!(metric::RECORDS, "state" => state).set(count as f64);
         }
-        Ok((in_flight, exhausted))
+        Ok(counts)
     }
 
     /// Up to `limit` exhausted records, oldest first: what an operator

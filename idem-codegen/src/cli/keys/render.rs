@@ -142,13 +142,23 @@ fn schedule(r: &KeyRecord, now: i64) -> (String, Value) {
                 format!("next run due {}", when(Some(due), now)),
                 json!({"next_attempt_at": time_json(Some(due))}),
             ),
-            _ => (
-                "due: the completer (or a retry) resumes it once its lock is older than lock-timeout".to_owned(),
-                json!({"next_attempt_at": time_json(r.next_attempt_at), "due": true}),
-            ),
+            _ => match r.locked_at {
+                None => (
+                    "due now: the completer's next pass (or a retry) resumes it".to_owned(),
+                    json!({"next_attempt_at": time_json(r.next_attempt_at), "due": true}),
+                ),
+                Some(locked) => (
+                    format!(
+                        "running, locked {}: taken over once its lock is older than lock-timeout",
+                        age(locked, now)
+                    ),
+                    json!({"next_attempt_at": time_json(r.next_attempt_at), "running": true}),
+                ),
+            },
         },
         (KeyState::InFlight, None) => (
-            "single-phase: nothing resumes it; its claim rolls back with its transaction".to_owned(),
+            "single-phase: nothing resumes it; its claim rolls back with its transaction"
+                .to_owned(),
             Value::Null,
         ),
         (KeyState::Complete, _) => ("done".to_owned(), Value::Null),

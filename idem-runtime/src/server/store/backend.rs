@@ -134,8 +134,13 @@ pub trait Backend: sqlx::Database + Sized {
     /// How many records are [`KeyState::Exhausted`].
     fn count_exhausted(conn: &mut Self::Connection) -> BoxFuture<'_, Result<i64, StoreError>>;
 
-    /// How many records are in flight and how many exhausted.
-    fn count_watched(conn: &mut Self::Connection) -> BoxFuture<'_, Result<(i64, i64), StoreError>>;
+    /// How many records are in flight, exhausted, and stale (in flight with
+    /// a lock older than `lock_cutoff` and a next run due at `now`).
+    fn count_watched(
+        conn: &mut Self::Connection,
+        lock_cutoff: i64,
+        now: i64,
+    ) -> BoxFuture<'_, Result<WatchedCounts, StoreError>>;
 
     /// Up to `limit` exhausted records, oldest first.
     fn exhausted(

@@ -7,7 +7,7 @@ use sqlx::{Pool, Sqlite};
 use crate::server::error::StoreError;
 
 use super::backend::Backend;
-use super::records::{BoxFuture, KeyRecord, KeyState, StepRecord};
+use super::records::{BoxFuture, KeyRecord, KeyState, StepRecord, StepStatus};
 use super::sql::{POSTGRES_SCHEMA_VERSION, SQLITE_SCHEMA_VERSION, record_from_row};
 
 /// One record, whole: the key row and its phase steps.
@@ -15,7 +15,7 @@ use super::sql::{POSTGRES_SCHEMA_VERSION, SQLITE_SCHEMA_VERSION, record_from_row
 pub struct Inspected {
     /// The key row, stored request and response included.
     pub record: KeyRecord,
-    /// The steps of a phased operation, in the order they were recorded.
+    /// The steps of a phased operation, by when each was last written.
     pub steps: Vec<StepRecord>,
 }
 
@@ -114,6 +114,9 @@ const LIST: &str = "SELECT scope, idem_key, fingerprint, state, operation, reque
        AND ($3 IS NULL OR created_at < $3) \
      ORDER BY created_at, scope, idem_key LIMIT $4";
 
+const STEP_ORDER: &str =
+    "SELECT step, updated_at FROM idem_steps WHERE scope = $1 AND idem_key = $2";
+
 const SCOPES_HOLDING: &str =
     "SELECT scope FROM idem_keys WHERE idem_key = $1 ORDER BY created_at LIMIT $2";
 
@@ -176,7 +179,18 @@ macro_rules! impl_inspect {
                     };
                     let record = record_from_row(&row)?;
                     let mut conn = pool.acquire().await?;
-                    let steps = <$db as Backend>::load_steps(&mut conn, scope, key).await?;
+                    let mut steps = <$db as Backend>::load_steps(&mut conn, scope, key).await?;
+                    let order: Vec<(String, i64)> = sqlx::query_as(STEP_ORDER)
+                        .bind(scope)
+                        .bind(key)
+                        .fetch_all(&mut *conn)
+                        .await?;
+                    let at = |step: &str| order.iter().find(|(s, _)| s == step).map(|(_, at)| *at);
+                    // A step's intent is written after the steps before it are done:
+                    // within one millisecond, done steps come first.
+                    steps.sort_by_key(|s| {
+                        (at(&s.step), s.status == StepStatus::Intent, s.step.clone())
+                    });
                     Ok(Some(Inspected { record, steps }))
                 })
             }

@@ -185,3 +185,15 @@ pub enum Rescheduled {
         attempts: i64,
     },
 }
+
+/// The records an operator watches, as the background jobs count them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WatchedCounts {
+    /// In flight: phased requests running or waiting for their next run.
+    pub in_flight: i64,
+    /// Exhausted: given up at the end of their resume schedule.
+    pub exhausted: i64,
+    /// In flight, their lock older than `lock-timeout` and their next run
+    /// due: what the completer should have taken.
+    pub stale: i64,
+}

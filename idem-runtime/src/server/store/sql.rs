@@ -199,9 +199,14 @@ const EXHAUST: &str = "UPDATE idem_keys SET state = 'exhausted', locked_at = NUL
      attempts = attempts - 1 \
      WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
 
+// `stale`: in flight, its lock older than the cutoff and its next run due,
+// which is what the completer takes: a count that stays above zero says the
+// completer is not running or not keeping up.
 const COUNT_WATCHED: &str = "SELECT \
      COALESCE(SUM(CASE WHEN state = 'in_flight' THEN 1 ELSE 0 END), 0), \
-     COALESCE(SUM(CASE WHEN state = 'exhausted' THEN 1 ELSE 0 END), 0) \
+     COALESCE(SUM(CASE WHEN state = 'exhausted' THEN 1 ELSE 0 END), 0), \
+     COALESCE(SUM(CASE WHEN state = 'in_flight' AND (locked_at IS NULL OR locked_at < $1) \
+       AND (next_attempt_at IS NULL OR next_attempt_at <= $2) THEN 1 ELSE 0 END), 0) \
      FROM idem_keys WHERE state <> 'complete'";
 
 const COUNT_EXHAUSTED: &str = "SELECT COUNT(*) FROM idem_keys WHERE state = 'exhausted'";
@@ -612,11 +617,21 @@ macro_rules! impl_backend {
 
             fn count_watched(
                 conn: &mut Self::Connection,
-            ) -> BoxFuture<'_, Result<(i64, i64), StoreError>> {
+                lock_cutoff: i64,
+                now: i64,
+            ) -> BoxFuture<'_, Result<WatchedCounts, StoreError>> {
                 Box::pin(async move {
-                    let counts: (i64, i64) =
-                        sqlx::query_as(COUNT_WATCHED).fetch_one(&mut *conn).await?;
-                    Ok(counts)
+                    let (in_flight, exhausted, stale): (i64, i64, i64) =
+                        sqlx::query_as(COUNT_WATCHED)
+                            .bind(lock_cutoff)
+                            .bind(now)
+                            .fetch_one(&mut *conn)
+                            .await?;
+                    Ok(WatchedCounts {
+                        in_flight,
+                        exhausted,
+                        stale,
+                    })
                 })
             }
 
