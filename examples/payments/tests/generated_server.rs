@@ -967,3 +967,61 @@ async fn idem_probe_holds_on_the_generated_server() {
         assert_eq!(sent + operations.len() as u64, planned, "{url}");
     }
 }
+
+#[tokio::test]
+async fn serve_exports_every_outcome_on_its_metrics_listener() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("m.db").display());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_payments-demo"))
+        .args(["serve", "--database-url", &url, "--listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first_line = |stream: Box<dyn std::io::Read + Send>, prefix: &'static str| {
+        let (said, heard) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.strip_prefix(prefix) {
+                    let _ = said.send(rest.to_owned());
+                }
+            }
+        });
+        heard.recv_timeout(Duration::from_secs(30)).unwrap()
+    };
+    let metrics = first_line(Box::new(child.stderr.take().unwrap()), "metrics on ");
+    let api = first_line(Box::new(child.stdout.take().unwrap()), "listening on ");
+    let http = reqwest::Client::new();
+    let body = json!({"order_id": "order-739", "amount": 1200, "currency": "usd"});
+    for _ in 0..2 {
+        let r = http
+            .post(format!("http://{api}/v1/charges"))
+            .header("x-account-id", "acct_1")
+            .header("idempotency-key", "order-739")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    let text = http
+        .get(&metrics)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for line in [
+        "idem_requests_total{operation=\"createCharge\",outcome=\"executed\"} 1",
+        "idem_requests_total{operation=\"createCharge\",outcome=\"replayed\"} 1",
+        "# TYPE idem_request_duration_seconds histogram",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+}

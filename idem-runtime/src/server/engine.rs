@@ -866,8 +866,10 @@ impl<DB: Backend> Idempotency<DB> {
 
     /// Reads a record outside any transaction of the caller's.
     async fn load(&self, scope: &str, key: &str) -> Result<Option<KeyRecord>, StoreError> {
-        let mut conn = self.inner.store.pool().acquire().await?;
-        DB::load(&mut conn, scope, key).await
+        // In a transaction: behind a transaction pooler an unnamed
+        // statement is only safe inside one.
+        let mut tx = self.inner.store.pool().begin().await?;
+        DB::load(&mut tx, scope, key).await
     }
 
     /// What a request gets from a record its key already has.

@@ -52,7 +52,7 @@ impl<DB: Backend> Idempotency<DB> {
         let now = now_ms();
         let cutoff = now.saturating_sub(ms(self.horizons().0));
         let candidates = {
-            let mut conn = self.store().pool().acquire().await?;
+            let mut conn = self.store().pool().begin().await?;
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
             DB::abandoned(&mut conn, cutoff, now, limit).await?
         };
@@ -134,7 +134,7 @@ impl<DB: Backend> Idempotency<DB> {
     /// was logged at `error` when it got there; alert on a count above zero.
     /// (A scan of the key table: poll it every minute or so, not per request.)
     pub async fn count_exhausted(&self) -> Result<u64, StoreError> {
-        let mut conn = self.store().pool().acquire().await?;
+        let mut conn = self.store().pool().begin().await?;
         let count = DB::count_exhausted(&mut conn).await?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
@@ -147,7 +147,7 @@ impl<DB: Backend> Idempotency<DB> {
     pub async fn refresh_record_gauges(&self) -> Result<WatchedCounts, StoreError> {
         let now = now_ms();
         let cutoff = now.saturating_sub(ms(self.horizons().0));
-        let mut conn = self.store().pool().acquire().await?;
+        let mut conn = self.store().pool().begin().await?;
         let counts = DB::count_watched(&mut conn, cutoff, now).await?;
         for (state, count) in [
             ("in_flight", counts.in_flight),
@@ -163,7 +163,7 @@ impl<DB: Backend> Idempotency<DB> {
     /// Up to `limit` exhausted records, oldest first: what an operator
     /// settles, each with the recovery point its effects stop at.
     pub async fn exhausted(&self, limit: usize) -> Result<Vec<ExhaustedRecord>, StoreError> {
-        let mut conn = self.store().pool().acquire().await?;
+        let mut conn = self.store().pool().begin().await?;
         DB::exhausted(&mut conn, i64::try_from(limit).unwrap_or(i64::MAX)).await
     }
 

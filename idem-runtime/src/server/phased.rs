@@ -825,8 +825,8 @@ impl<DB: Backend> Idempotency<DB> {
         // The operation first: its own policy's lock timeout decides whether
         // the record may be taken over.
         let name = {
-            let mut conn = self.store().pool().acquire().await?;
-            match DB::load(&mut conn, scope, key).await? {
+            let mut tx = self.store().pool().begin().await?;
+            match DB::load(&mut tx, scope, key).await? {
                 Some(KeyRecord {
                     operation: Some(name),
                     ..

@@ -121,7 +121,7 @@ impl<DB: Backend> Idempotency<DB> {
         let mut conn = self
             .store()
             .pool()
-            .acquire()
+            .begin()
             .await
             .map_err(|e| self.store_error(e.into()))?;
         let record = DB::load(&mut conn, &scope, &key)

@@ -9,9 +9,10 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sqlx::postgres::{PgPoolOptions, Postgres};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, Postgres};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Pool, Sqlite};
 
@@ -28,6 +29,19 @@ pub use backend::Backend;
 pub use inspect::{Inspect, Inspected, KeyStats, ListFilter, Schema};
 pub use records::*;
 use sql::lock_timeout_setting;
+
+/// Set once a PostgreSQL store in this process is behind a transaction
+/// pooler: idem's statements on PostgreSQL are then unnamed, never cached.
+static BEHIND_POOLER: AtomicBool = AtomicBool::new(false);
+
+/// Whether idem's statements on PostgreSQL may be named and cached on their
+/// connection (sqlx's default, one round trip per execution once
+/// prepared). Not behind a transaction pooler, which moves a client to
+/// another server connection between transactions, where the name means
+/// nothing or something else.
+pub(crate) fn named_statements() -> bool {
+    !BEHIND_POOLER.load(Ordering::Relaxed)
+}
 
 /// The key store: a connection pool and the schema in it.
 ///
@@ -259,6 +273,51 @@ impl Store<Postgres> {
             session_lock_wait: Some(duplicate_wait),
             ..Store::new(pool)
         })
+    }
+
+    /// Connects through a pooler in transaction pooling mode, such as
+    /// PgBouncer with `pool_mode = transaction`: like
+    /// [`Store::connect_postgres`], with no statement cache, and the store
+    /// marked [behind a transaction pooler](Store::behind_transaction_pooler).
+    ///
+    /// PgBouncer must let sqlx's startup parameter through:
+    /// `ignore_startup_parameters = extra_float_digits` in `pgbouncer.ini`.
+    pub async fn connect_postgres_pooled(
+        url: &str,
+        max_connections: u32,
+    ) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url)?.statement_cache_capacity(0);
+        let pool = Self::pool_options(max_connections)
+            .connect_with(options)
+            .await?;
+        Ok(Store::new(pool).behind_transaction_pooler())
+    }
+
+    /// Says a pooler in transaction pooling mode (PgBouncer's
+    /// `pool_mode = transaction`, or Odyssey, or PgCat) stands between this
+    /// store and PostgreSQL, which hands each transaction whatever server
+    /// connection is free:
+    ///
+    /// - idem's statements are unnamed and never cached (a named one would
+    ///   be missing, or another client's, on the next server connection);
+    /// - every statement runs inside an explicit transaction, which keeps
+    ///   its parse and its execution on one server connection (sqlx sends
+    ///   them in two round trips);
+    /// - nothing is set on the session: the claim bounds its wait with a
+    ///   transaction-local setting, the migrations lock with a
+    ///   transaction-scoped advisory lock.
+    ///
+    /// It holds for every PostgreSQL store in the process: a process rarely
+    /// reaches one database both ways, and unnamed statements are correct
+    /// on a direct connection too, at one more round trip each. Give the
+    /// pool no statement cache (`statement_cache_capacity(0)`), as
+    /// [`Store::connect_postgres_pooled`] does.
+    pub fn behind_transaction_pooler(self) -> Self {
+        BEHIND_POOLER.store(true, Ordering::Relaxed);
+        Store {
+            session_lock_wait: None,
+            ..self
+        }
     }
 
     fn pool_options(max_connections: u32) -> PgPoolOptions {

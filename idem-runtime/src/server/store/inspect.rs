@@ -141,17 +141,24 @@ fn state_of(value: &str) -> Result<KeyState, StoreError> {
 }
 
 macro_rules! impl_inspect {
-    ($db:ty, $has_tables:expr, $known:expr) => {
+    ($db:ty, $has_tables:expr, $known:expr, $named:expr) => {
         impl Inspect for $db {
             fn schema(pool: &Pool<Self>) -> BoxFuture<'_, Result<Schema, StoreError>> {
                 Box::pin(async move {
-                    let tables: i64 = sqlx::query_scalar($has_tables).fetch_one(pool).await?;
+                    // One transaction per read: behind a transaction pooler,
+                    // an unnamed statement is only safe inside one.
+                    let mut tx = pool.begin().await?;
+                    let tables: i64 = sqlx::query_scalar($has_tables)
+                        .persistent($named)
+                        .fetch_one(&mut *tx)
+                        .await?;
                     if tables < 2 {
                         return Ok(Schema::Missing);
                     }
                     let found: Option<i64> =
                         sqlx::query_scalar("SELECT MAX(version) FROM idem_schema_migrations")
-                            .fetch_one(pool)
+                            .persistent($named)
+                            .fetch_one(&mut *tx)
                             .await?;
                     Ok(Schema::Version {
                         found: found.unwrap_or(0),
@@ -166,24 +173,28 @@ macro_rules! impl_inspect {
                 key: &'a str,
             ) -> BoxFuture<'a, Result<Option<Inspected>, StoreError>> {
                 Box::pin(async move {
+                    // One transaction per read: behind a transaction pooler,
+                    // an unnamed statement is only safe inside one.
+                    let mut tx = pool.begin().await?;
                     let select = format!(
                         "SELECT {COLUMNS} FROM idem_keys WHERE scope = $1 AND idem_key = $2"
                     );
                     let row = sqlx::query(&select)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
-                        .fetch_optional(pool)
+                        .fetch_optional(&mut *tx)
                         .await?;
                     let Some(row) = row else {
                         return Ok(None);
                     };
                     let record = record_from_row(&row)?;
-                    let mut conn = pool.acquire().await?;
-                    let mut steps = <$db as Backend>::load_steps(&mut conn, scope, key).await?;
+                    let mut steps = <$db as Backend>::load_steps(&mut tx, scope, key).await?;
                     let order: Vec<(String, i64)> = sqlx::query_as(STEP_ORDER)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
-                        .fetch_all(&mut *conn)
+                        .fetch_all(&mut *tx)
                         .await?;
                     let at = |step: &str| order.iter().find(|(s, _)| s == step).map(|(_, at)| *at);
                     // A step's intent is written after the steps before it are done:
@@ -201,10 +212,14 @@ macro_rules! impl_inspect {
                 limit: i64,
             ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
                 Box::pin(async move {
+                    // One transaction per read: behind a transaction pooler,
+                    // an unnamed statement is only safe inside one.
+                    let mut tx = pool.begin().await?;
                     Ok(sqlx::query_scalar(SCOPES_HOLDING)
+                        .persistent($named)
                         .bind(key)
                         .bind(limit)
-                        .fetch_all(pool)
+                        .fetch_all(&mut *tx)
                         .await?)
                 })
             }
@@ -214,12 +229,16 @@ macro_rules! impl_inspect {
                 filter: &'a ListFilter,
             ) -> BoxFuture<'a, Result<Vec<KeyRecord>, StoreError>> {
                 Box::pin(async move {
+                    // One transaction per read: behind a transaction pooler,
+                    // an unnamed statement is only safe inside one.
+                    let mut tx = pool.begin().await?;
                     let rows = sqlx::query(LIST)
+                        .persistent($named)
                         .bind(filter.state.map(KeyState::as_str))
                         .bind(filter.operation.as_deref())
                         .bind(filter.claimed_before)
                         .bind(filter.limit)
-                        .fetch_all(pool)
+                        .fetch_all(&mut *tx)
                         .await?;
                     rows.iter().map(record_from_row).collect()
                 })
@@ -230,8 +249,13 @@ macro_rules! impl_inspect {
                 reap_before: i64,
             ) -> BoxFuture<'_, Result<KeyStats, StoreError>> {
                 Box::pin(async move {
-                    let rows: Vec<(String, Option<String>, i64)> =
-                        sqlx::query_as(BY_STATE).fetch_all(pool).await?;
+                    // One transaction per read: behind a transaction pooler,
+                    // an unnamed statement is only safe inside one.
+                    let mut tx = pool.begin().await?;
+                    let rows: Vec<(String, Option<String>, i64)> = sqlx::query_as(BY_STATE)
+                        .persistent($named)
+                        .fetch_all(&mut *tx)
+                        .await?;
                     let by_state = rows
                         .into_iter()
                         .map(|(state, op, n)| Ok((state_of(&state)?, op, n)))
@@ -241,10 +265,13 @@ macro_rules! impl_inspect {
                         limit: 1,
                         ..ListFilter::default()
                     };
+                    tx.commit().await?;
                     let oldest_in_flight = Self::list(pool, &filter).await?.into_iter().next();
+                    let mut tx = pool.begin().await?;
                     let rows: Vec<(String, i64)> = sqlx::query_as(REAPABLE)
+                        .persistent($named)
                         .bind(reap_before)
-                        .fetch_all(pool)
+                        .fetch_all(&mut *tx)
                         .await?;
                     let reapable = rows
                         .into_iter()
@@ -265,12 +292,17 @@ macro_rules! impl_inspect {
                 now: i64,
             ) -> BoxFuture<'a, Result<bool, StoreError>> {
                 Box::pin(async move {
+                    // One transaction per read: behind a transaction pooler,
+                    // an unnamed statement is only safe inside one.
+                    let mut tx = pool.begin().await?;
                     let done = sqlx::query(RESUME)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
                         .bind(now)
-                        .execute(pool)
+                        .execute(&mut *tx)
                         .await?;
+                    tx.commit().await?;
                     Ok(done.rows_affected() == 1)
                 })
             }
@@ -278,5 +310,10 @@ macro_rules! impl_inspect {
     };
 }
 
-impl_inspect!(Sqlite, SQLITE_HAS_TABLES, SQLITE_SCHEMA_VERSION);
-impl_inspect!(Postgres, POSTGRES_HAS_TABLES, POSTGRES_SCHEMA_VERSION);
+impl_inspect!(Sqlite, SQLITE_HAS_TABLES, SQLITE_SCHEMA_VERSION, true);
+impl_inspect!(
+    Postgres,
+    POSTGRES_HAS_TABLES,
+    POSTGRES_SCHEMA_VERSION,
+    super::named_statements()
+);

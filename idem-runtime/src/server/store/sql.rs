@@ -365,15 +365,22 @@ fn now_for_migrations() -> i64 {
 }
 
 macro_rules! impl_backend {
-    ($db:ty, $migrations:expr, $lock:expr, $claims:expr, $complete:expr, $lift:expr) => {
+    ($db:ty, $migrations:expr, $lock:expr, $claims:expr, $complete:expr, $lift:expr, $named:expr) => {
         impl Backend for $db {
             fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>> {
                 Box::pin(async move {
                     let mut tx = pool.begin().await?;
-                    sqlx::query(MIGRATIONS_TABLE).execute(&mut *tx).await?;
-                    sqlx::query($lock).execute(&mut *tx).await?;
+                    sqlx::query(MIGRATIONS_TABLE)
+                        .persistent($named)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query($lock)
+                        .persistent($named)
+                        .execute(&mut *tx)
+                        .await?;
                     let applied: Vec<i64> =
                         sqlx::query_scalar("SELECT version FROM idem_schema_migrations")
+                            .persistent($named)
                             .fetch_all(&mut *tx)
                             .await?;
                     for m in $migrations {
@@ -390,6 +397,7 @@ macro_rules! impl_backend {
                             "INSERT INTO idem_schema_migrations (version, description, applied_at) \
                              VALUES ($1, $2, $3)",
                         )
+                        .persistent($named)
                         .bind(m.version)
                         .bind(m.description)
                         .bind(now_for_migrations())
@@ -413,6 +421,7 @@ macro_rules! impl_backend {
                     let (single, phased) = bounded.unwrap_or((plain_single, plain_phased));
                     let statement = if c.operation.is_some() || c.request.is_some() {
                         sqlx::query_as::<_, (i64,)>(phased)
+                            .persistent($named)
                             .bind(c.scope)
                             .bind(c.key)
                             .bind(c.fingerprint)
@@ -428,6 +437,7 @@ macro_rules! impl_backend {
                             + INTEGER
                             + BOUND;
                         sqlx::query_as_with::<_, (i64,), _>(single, arguments::<$db>(5, bytes))
+                            .persistent($named)
                             .bind(c.scope)
                             .bind(c.key)
                             .bind(c.fingerprint)
@@ -463,6 +473,7 @@ macro_rules! impl_backend {
                         + BOUND;
                     let mut query =
                         sqlx::query_as_with::<_, (i64,), _>(statement, arguments::<$db>(8, bytes))
+                            .persistent($named)
                             .bind(c.scope)
                             .bind(c.key)
                             .bind(c.fingerprint)
@@ -485,6 +496,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<bool, StoreError>> {
                 Box::pin(async move {
                     let deleted = sqlx::query(DELETE_EXPIRED)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
                         .bind(created_before)
@@ -494,6 +506,7 @@ macro_rules! impl_backend {
                         return Ok(false);
                     }
                     sqlx::query(DELETE_STEPS)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
                         .execute(&mut *conn)
@@ -507,7 +520,10 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'_, Result<(), StoreError>> {
                 Box::pin(async move {
                     if let Some(lift) = $lift {
-                        sqlx::query(lift).execute(&mut *conn).await?;
+                        sqlx::query(lift)
+                            .persistent($named)
+                            .execute(&mut *conn)
+                            .await?;
                     }
                     Ok(())
                 })
@@ -521,6 +537,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
                 Box::pin(async move {
                     let generation: Option<i64> = sqlx::query_scalar(RECLAIM_EXPIRED)
+                        .persistent($named)
                         .bind(c.scope)
                         .bind(c.key)
                         .bind(c.fingerprint)
@@ -544,6 +561,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<Option<KeyRecord>, StoreError>> {
                 Box::pin(async move {
                     let row = sqlx::query(SELECT_RECORD)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
                         .fetch_optional(&mut *conn)
@@ -561,6 +579,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<Option<(i64, i64)>, StoreError>> {
                 Box::pin(async move {
                     let taken: Option<(i64, i64)> = sqlx::query_as(TAKE_OVER)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
                         .bind(locked_before)
@@ -582,6 +601,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<Option<Rescheduled>, StoreError>> {
                 Box::pin(async move {
                     let row: Option<(String, i64)> = sqlx::query_as(RESCHEDULE)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
                         .bind(generation)
@@ -606,6 +626,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<bool, StoreError>> {
                 Box::pin(async move {
                     let done = sqlx::query(EXHAUST)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
                         .bind(generation)
@@ -623,6 +644,7 @@ macro_rules! impl_backend {
                 Box::pin(async move {
                     let (in_flight, exhausted, stale): (i64, i64, i64) =
                         sqlx::query_as(COUNT_WATCHED)
+                            .persistent($named)
                             .bind(lock_cutoff)
                             .bind(now)
                             .fetch_one(&mut *conn)
@@ -640,6 +662,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'_, Result<i64, StoreError>> {
                 Box::pin(async move {
                     let count: i64 = sqlx::query_scalar(COUNT_EXHAUSTED)
+                        .persistent($named)
                         .fetch_one(&mut *conn)
                         .await?;
                     Ok(count)
@@ -652,6 +675,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'_, Result<Vec<ExhaustedRecord>, StoreError>> {
                 Box::pin(async move {
                     let rows = sqlx::query(EXHAUSTED)
+                        .persistent($named)
                         .bind(limit)
                         .fetch_all(&mut *conn)
                         .await?;
@@ -680,6 +704,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<bool, StoreError>> {
                 Box::pin(async move {
                     let done = sqlx::query(ADVANCE)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
                         .bind(generation)
@@ -699,6 +724,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<bool, StoreError>> {
                 Box::pin(async move {
                     let done = sqlx::query(RELEASE)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
                         .bind(generation)
@@ -724,6 +750,7 @@ macro_rules! impl_backend {
                         + size(&response.body)
                         + 3 * INTEGER;
                     let done = sqlx::query_with(COMPLETE, arguments::<$db>(7, bytes))
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
                         .bind(generation)
@@ -744,6 +771,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<Vec<StepRecord>, StoreError>> {
                 Box::pin(async move {
                     let rows = sqlx::query(LOAD_STEPS)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
                         .fetch_all(&mut *conn)
@@ -781,6 +809,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<(), StoreError>> {
                 Box::pin(async move {
                     sqlx::query(RECORD_STEP)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
                         .bind(step.step.as_str())
@@ -801,6 +830,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<(), StoreError>> {
                 Box::pin(async move {
                     sqlx::query(DELETE_STEPS)
+                        .persistent($named)
                         .bind(scope)
                         .bind(key)
                         .execute(&mut *conn)
@@ -817,6 +847,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<Vec<(String, String)>, StoreError>> {
                 Box::pin(async move {
                     let rows: Vec<(String, String)> = sqlx::query_as(ABANDONED)
+                        .persistent($named)
                         .bind(locked_before)
                         .bind(now)
                         .bind(limit)
@@ -832,6 +863,7 @@ macro_rules! impl_backend {
             ) -> BoxFuture<'a, Result<Vec<ReapedRecord>, StoreError>> {
                 Box::pin(async move {
                     let rows = sqlx::query(REAP)
+                        .persistent($named)
                         .bind(created_before)
                         .fetch_all(&mut *conn)
                         .await?;
@@ -846,7 +878,10 @@ macro_rules! impl_backend {
                             recovery_point: row.try_get("recovery_point")?,
                         });
                     }
-                    sqlx::query(REAP_STEPS).execute(&mut *conn).await?;
+                    sqlx::query(REAP_STEPS)
+                        .persistent($named)
+                        .execute(&mut *conn)
+                        .await?;
                     Ok(reaped)
                 })
             }
@@ -860,7 +895,8 @@ impl_backend!(
     SQLITE_MIGRATION_LOCK,
     ((CLAIM, CLAIM_PHASED), None::<(&'static str, &'static str)>),
     (CLAIM_COMPLETE, None::<&'static str>),
-    None::<&'static str>
+    None::<&'static str>,
+    true
 );
 impl_backend!(
     Postgres,
@@ -871,5 +907,6 @@ impl_backend!(
         Some((CLAIM_POSTGRES, CLAIM_PHASED_POSTGRES))
     ),
     (CLAIM_COMPLETE, Some(CLAIM_COMPLETE_POSTGRES)),
-    Some(LIFT_BOUND_POSTGRES)
+    Some(LIFT_BOUND_POSTGRES),
+    super::named_statements()
 );

@@ -6,8 +6,9 @@
 //! A hand-wired layer counts its requests as a generated route does: one
 //! outcome each in `idem_requests_total`, under the name it was given or its
 //! method and route. (The generated router's own counts are tested in the
-//! payments example, `tests/metrics.rs`.) The recorder is global to the
-//! process, so this file holds one test.
+//! payments example, `tests/metrics.rs`.) The client counts one outcome per
+//! call and one result per attempt. The recorder is global to the process,
+//! so this file holds one test.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -98,10 +99,81 @@ async fn scenario(base: &str, drain: &dyn Fn() -> BTreeMap<String, u64>, db: &st
     assert_eq!(drain(), want, "{db}");
 }
 
+/// What the client counts for a call retried once (503, then 201), and for
+/// one that runs out of attempts.
+async fn client_scenario(drain_all: &dyn Fn() -> BTreeMap<String, f64>) {
+    use idem_runtime::client::{Backoff, Operation, RetryClass, RetryClient, RetryPolicy};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let app = Router::new()
+        .route(
+            "/flaky",
+            post({
+                let seen = std::sync::Arc::clone(&seen);
+                move || async move {
+                    if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                        StatusCode::SERVICE_UNAVAILABLE
+                    } else {
+                        StatusCode::CREATED
+                    }
+                }
+            }),
+        )
+        .route("/down", post(|| async { StatusCode::SERVICE_UNAVAILABLE }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let policy = RetryPolicy::default()
+        .max_attempts(2)
+        .backoff(Backoff::full_jitter(
+            std::time::Duration::from_millis(1),
+            std::time::Duration::from_millis(5),
+        ));
+    let client = RetryClient::builder(reqwest::Client::new())
+        .policy(policy)
+        .build();
+    const CREATE: Operation = Operation::new("createOrder", RetryClass::Keyed);
+    drain_all();
+    let ok = client
+        .send(&CREATE, |http| {
+            http.post(format!("{base}/flaky")).body("{}")
+        })
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 201);
+    let failed = client
+        .send(&CREATE, |http| http.post(format!("{base}/down")).body("{}"))
+        .await;
+    assert!(failed.is_err());
+    let got = drain_all();
+    let want: BTreeMap<String, f64> = [
+        ("idem_client_calls_total{createOrder,ok}", 1.0),
+        ("idem_client_calls_total{createOrder,error}", 1.0),
+        ("idem_client_attempts_total{createOrder,status}", 3.0),
+        ("idem_client_attempts_total{createOrder,answered}", 1.0),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let counted: BTreeMap<String, f64> = got
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("idem_client_calls") || k.starts_with("idem_client_attempts")
+        })
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    assert_eq!(counted, want);
+    assert!(
+        got.contains_key("idem_client_retry_budget_tokens{}"),
+        "the budget is reported: {got:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_wired_layer_counts_one_outcome_per_request() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
+    let recorder_snapshotter = recorder.snapshotter();
     recorder.install().unwrap();
     let drain = move || {
         let mut counts = BTreeMap::new();
@@ -124,6 +196,24 @@ async fn a_hand_wired_layer_counts_one_outcome_per_request() {
         }
         counts
     };
+    let all = {
+        let snapshotter = recorder_snapshotter.clone();
+        move || {
+            let mut values = BTreeMap::new();
+            for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+                let key = key.key();
+                let labels: Vec<&str> = key.labels().map(|l| l.value()).collect();
+                let value = match value {
+                    DebugValue::Counter(n) => n as f64,
+                    DebugValue::Gauge(g) => g.into_inner(),
+                    DebugValue::Histogram(h) => h.len() as f64,
+                };
+                values.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
+            }
+            values
+        }
+    };
+    client_scenario(&all).await;
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("l.db").display());
     let base = serve(Store::open_sqlite(&url).await.unwrap()).await;
