@@ -121,9 +121,9 @@ fn settled(response: &Response) -> Outcome {
 
 /// Counts one request: `idem_requests_total` and
 /// `idem_request_duration_seconds`, by operation and outcome.
-pub(crate) fn count(operation: &Cow<'static, str>, outcome: Outcome, started: Instant) {
+pub(crate) fn count(operation: Cow<'static, str>, outcome: Outcome, started: Instant) {
     let labels = [
-        ("operation", metrics::SharedString::from(operation.clone())),
+        ("operation", metrics::SharedString::from(operation)),
         (
             "outcome",
             metrics::SharedString::const_str(outcome.as_str()),
@@ -178,7 +178,7 @@ where
             "answered"
         );
     });
-    count(&operation, outcome, started);
+    count(operation, outcome, started);
     marked(response, outcome)
 }
 

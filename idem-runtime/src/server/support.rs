@@ -259,7 +259,7 @@ fn overloaded(
             crate::protocol::OVERLOADED,
             crate::protocol::OVERLOADED.message,
         );
-        super::outcome::count(&operation.into(), super::Outcome::Refused, started);
+        super::outcome::count(operation.into(), super::Outcome::Refused, started);
         std::future::ready(response)
     }
 }
