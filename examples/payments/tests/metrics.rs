@@ -416,6 +416,42 @@ where
     .await;
     bank.answer_transfers(Answer::Accept);
 
+    // The caller's deadline: gone on arrival (refused before the route
+    // runs, counted under the route), and passing while a payout waits on
+    // a slow bank (the route's future is dropped and counted refused).
+    expect(
+        &format!("{db}: deadlines"),
+        2,
+        &[("POST /v1/charges/refused", 1), ("createPayout/refused", 1)],
+        async {
+            let r = app
+                .http
+                .post(format!("{}/v1/charges", app.base))
+                .header("x-account-id", &account)
+                .header("idempotency-key", unique("late"))
+                .header("idem-timeout-ms", "0")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 504);
+            bank.answer_after(Duration::from_millis(1500));
+            let r = app
+                .http
+                .post(format!("{}/v1/payouts", app.base))
+                .header("x-account-id", &account)
+                .header("idempotency-key", unique("slow"))
+                .header("idem-timeout-ms", "300")
+                .json(&json!({"vendor_id": "v-1", "amount": 5000}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 504);
+            bank.answer_after(Duration::ZERO);
+        },
+    )
+    .await;
+
     // The store down: its pool closed under the running router.
     store.pool().close().await;
     expect(

@@ -12,9 +12,9 @@ use std::time::Duration;
 use idem_runtime::server::{
     Inspect, KeyState, ListFilter, Schema, Store, StoreError, credential_digest,
 };
-use idem_runtime::sqlx::postgres::PgPoolOptions;
+use idem_runtime::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use idem_runtime::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
-use idem_runtime::sqlx::{Pool, Postgres, Sqlite};
+use idem_runtime::sqlx::{Postgres, Sqlite};
 
 use super::shared::{EXIT_CLEAN, EXIT_ERROR};
 
@@ -35,6 +35,10 @@ pub struct KeysArgs {
     pub database_url: Option<String>,
     #[arg(long, value_enum, default_value_t = KeysFormat::Human, global = true)]
     pub format: KeysFormat,
+    /// The PostgreSQL URL names a pooler in transaction mode (PgBouncer's
+    /// `pool_mode = transaction`): statements are unnamed, never cached.
+    #[arg(long, global = true)]
+    pub behind_pooler: bool,
     #[command(subcommand)]
     pub command: KeysCommand,
 }
@@ -180,13 +184,24 @@ async fn dispatch(args: &KeysArgs) -> Result<Done, Failure> {
         ));
     };
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let mut options = PgConnectOptions::from_str(url)
+            .map_err(|e| Failure::input(format!("{} is not a PostgreSQL URL: {e}", redact(url))))?;
+        if args.behind_pooler {
+            options = options.statement_cache_capacity(0);
+        }
         let pool = PgPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(Duration::from_secs(10))
-            .connect(url)
+            .connect_with(options)
             .await
             .map_err(|e| Failure::input(format!("cannot reach {}: {e}", redact(url))))?;
-        on::<Postgres>(pool, url, args).await
+        let store = Store::new(pool);
+        let store = if args.behind_pooler {
+            store.behind_transaction_pooler()
+        } else {
+            store
+        };
+        on::<Postgres>(store, url, args).await
     } else if url.starts_with("sqlite:") {
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|e| Failure::input(format!("{url} is not an SQLite URL: {e}")))?
@@ -198,7 +213,7 @@ async fn dispatch(args: &KeysArgs) -> Result<Done, Failure> {
             .connect_with(options)
             .await
             .map_err(|e| Failure::input(format!("cannot open {url}: {e}")))?;
-        on::<Sqlite>(pool, url, args).await
+        on::<Sqlite>(Store::new(pool), url, args).await
     } else {
         Err(Failure::input(format!(
             "{} is not a key store URL: it starts with sqlite: or postgres://",
@@ -221,8 +236,8 @@ fn redact(url: &str) -> String {
     }
 }
 
-async fn on<DB: Inspect>(pool: Pool<DB>, url: &str, args: &KeysArgs) -> Result<Done, Failure> {
-    match DB::schema(&pool).await.map_err(Failure::store)? {
+async fn on<DB: Inspect>(store: Store<DB>, url: &str, args: &KeysArgs) -> Result<Done, Failure> {
+    match DB::schema(store.pool()).await.map_err(Failure::store)? {
         Schema::Missing => {
             return Err(Failure::input(format!(
                 "{} holds no idem key tables (idem_keys, idem_schema_migrations): is it the \
@@ -245,7 +260,6 @@ async fn on<DB: Inspect>(pool: Pool<DB>, url: &str, args: &KeysArgs) -> Result<D
         }
         Schema::Version { .. } => {}
     }
-    let store = Store::new(pool);
     let json = args.format == KeysFormat::Json;
     match &args.command {
         KeysCommand::Show {

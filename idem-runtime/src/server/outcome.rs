@@ -43,7 +43,9 @@ pub enum Outcome {
     /// Answered before anything ran and nothing stored: the key missing or
     /// malformed, the caller unidentified, the request off the spec, `415`,
     /// the body too large, the operation's in-flight limit, a handler's
-    /// [`Reject`](super::Reject).
+    /// [`Reject`](super::Reject), the caller's deadline (`504`, on arrival
+    /// or while it ran: its transaction rolls back unless its commit had
+    /// landed).
     Refused,
     /// `503 idempotency_store_unavailable`: the key store could not be
     /// reached, or failed under the operation; nothing was recorded.
@@ -98,10 +100,16 @@ pub(crate) fn marked(mut response: Response, outcome: Outcome) -> Response {
 
 /// The outcome of a request whose claim was won and whose operation ran
 /// (`ran`: executed or resumed): the answer's own, where it says the store
-/// failed, the claim was lost or the request was refused; `ran` otherwise.
+/// failed, the claim was lost, the request was refused, or nothing ran (a
+/// takeover that found the record past its schedule); `ran` otherwise.
 pub(crate) fn after_claim(response: Response, ran: Outcome) -> Response {
     let outcome = match Outcome::of(&response) {
-        Some(kept @ (Outcome::StoreUnavailable | Outcome::InFlight | Outcome::Refused)) => kept,
+        Some(
+            kept @ (Outcome::StoreUnavailable
+            | Outcome::InFlight
+            | Outcome::Refused
+            | Outcome::Replayed),
+        ) => kept,
         _ if is_rejection(&response) => Outcome::Refused,
         _ => ran,
     };
@@ -142,8 +150,8 @@ pub(crate) fn count(operation: Cow<'static, str>, outcome: Outcome, started: Ins
 /// The span, `idem.request`, carries `operation` and, once known, the key,
 /// a digest of the caller's scope (never the scope or a credential), the
 /// lock generation and the `outcome`, so logs and metrics name the same
-/// outcome. A request whose caller disconnects before it is answered is
-/// dropped by the server before this counts it.
+/// outcome. A request dropped before it is answered (its deadline passed
+/// while it ran, or its caller went away) is counted `refused`.
 ///
 /// ```no_run
 /// # async fn demo(request: axum::extract::Request) -> axum::response::Response {
@@ -168,6 +176,12 @@ where
         generation = Empty,
         outcome = Empty,
     );
+    // Counts the request if it is dropped before it is answered.
+    let mut unanswered = Unanswered {
+        operation: Some(operation),
+        started,
+        span: span.clone(),
+    };
     let response = request.instrument(span.clone()).await;
     let outcome = settled(&response);
     span.record("outcome", outcome.as_str());
@@ -178,8 +192,29 @@ where
             "answered"
         );
     });
-    count(operation, outcome, started);
+    if let Some(operation) = unanswered.operation.take() {
+        count(operation, outcome, started);
+    }
     marked(response, outcome)
+}
+
+/// A request dropped before its answer: the caller's deadline passed while
+/// it ran (answered `504 deadline_exceeded` around it) or the caller went
+/// away. Its transaction rolls back unless its commit had landed, and a
+/// retry with its key tells which; it is counted `refused`.
+struct Unanswered {
+    operation: Option<Cow<'static, str>>,
+    started: Instant,
+    span: tracing::Span,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(operation) = self.operation.take() {
+            self.span.record("outcome", Outcome::Refused.as_str());
+            count(operation, Outcome::Refused, self.started);
+        }
+    }
 }
 
 /// Notes the key and the caller's scope (as a digest) on the request's span.

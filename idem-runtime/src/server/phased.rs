@@ -737,7 +737,10 @@ impl<DB: Backend> Idempotency<DB> {
                     recovery_point: run.recovery_point.clone(),
                     attempts,
                 };
-                (answer.into_response(), RunEnd::Exhausted)
+                // This run ran: its request is executed or resumed, not a replay.
+                let mut response = answer.into_response();
+                response.extensions_mut().remove::<Outcome>();
+                (response, RunEnd::Exhausted)
             }
             // Taken over meanwhile: the new holder decides what happens next.
             Ok(None) => (IdempotencyError::LockLost.into_response(), RunEnd::Left),

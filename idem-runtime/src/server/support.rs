@@ -197,13 +197,27 @@ where
     }
 
     fn call(&mut self, mut request: Request) -> Self::Future {
-        let answer =
-            |response: Response| -> Self::Future { Box::pin(std::future::ready(Ok(response))) };
+        // Refused before the route runs: counted under the route it matched.
+        let route = |request: &Request| {
+            let path = request
+                .extensions()
+                .get::<axum::extract::MatchedPath>()
+                .map_or("unmatched", axum::extract::MatchedPath::as_str);
+            format!("{} {path}", request.method())
+        };
+        let answer = |response: Response, route: String| -> Self::Future {
+            super::outcome::count(route.into(), super::Outcome::Refused, Instant::now());
+            Box::pin(std::future::ready(Ok(super::outcome::marked(
+                response,
+                super::Outcome::Refused,
+            ))))
+        };
         let left = match crate::context::inbound_timeout(request.headers()) {
             Ok(left) => left,
             Err(e) => {
                 return answer(
                     Rejection::invalid(&format!("header.{}", e.header), &e).into_response(),
+                    route(&request),
                 );
             }
         };
@@ -212,10 +226,13 @@ where
             return Box::pin(crate::context::scoped(inbound, self.inner.call(request)));
         };
         if left.is_zero() {
-            return answer(refusal(
-                crate::protocol::DEADLINE_EXCEEDED,
-                "the request arrived after the caller's deadline; nothing was done",
-            ));
+            return answer(
+                refusal(
+                    crate::protocol::DEADLINE_EXCEEDED,
+                    "the request arrived after the caller's deadline; nothing was done",
+                ),
+                route(&request),
+            );
         }
         let deadline = Instant::now() + left;
         request.extensions_mut().insert(Deadline(deadline));

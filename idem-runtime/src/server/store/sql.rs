@@ -174,7 +174,7 @@ const RECLAIM_EXPIRED: &str = "UPDATE idem_keys SET fingerprint = $3, state = 'i
      operation = $4, request_method = $5, request_path = $6, request_body = $7, \
      recovery_point = 'started', lock_generation = lock_generation + 1, locked_at = $8, \
      response_status = NULL, response_headers = NULL, response_body = NULL, created_at = $8, \
-     completed_at = NULL, attempts = 1, next_attempt_at = NULL \
+     completed_at = NULL, attempts = 1, next_attempt_at = NULL, resumed_at = NULL \
      WHERE scope = $1 AND idem_key = $2 AND created_at < $9 \
        AND (state = 'complete' OR locked_at IS NULL OR locked_at < $10) \
      RETURNING lock_generation";
