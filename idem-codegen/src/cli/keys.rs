@@ -20,6 +20,9 @@ use super::shared::{EXIT_CLEAN, EXIT_ERROR};
 
 mod render;
 
+/// How many scopes `show KEY` lists when several hold the key.
+pub(crate) const SCOPES_LISTED: i64 = 20;
+
 /// Exit code: the record asked for does not exist.
 pub const EXIT_NOT_FOUND: i32 = 1;
 
@@ -349,7 +352,7 @@ async fn show<DB: Inspect>(
     let scope = match scope {
         Some(scope) => scope.to_owned(),
         None => {
-            let scopes = DB::scopes_holding(store.pool(), key, 20)
+            let scopes = DB::scopes_holding(store.pool(), key, SCOPES_LISTED + 1)
                 .await
                 .map_err(Failure::store)?;
             match scopes.as_slice() {

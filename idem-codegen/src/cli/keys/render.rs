@@ -417,14 +417,19 @@ pub(crate) fn not_found(key: &str, scope: Option<&str>, json: bool) -> Done {
 }
 
 pub(crate) fn scopes(key: &str, scopes: &[String], json: bool) -> Done {
+    let listed = usize::try_from(super::SCOPES_LISTED).unwrap_or(usize::MAX);
+    let more = scopes.len() > listed;
+    let shown = &scopes[..scopes.len().min(listed)];
     let text = if json {
-        format!("{}\n", json!({"key": key, "scopes": scopes}))
+        format!("{}\n", json!({"key": key, "scopes": shown, "more": more}))
     } else {
-        let mut text = format!(
-            "{} scopes hold {key}; name one with --scope:\n",
-            scopes.len()
-        );
-        for s in scopes {
+        let count = if more {
+            format!("more than {listed}")
+        } else {
+            scopes.len().to_string()
+        };
+        let mut text = format!("{count} scopes hold {key}; name one with --scope:\n");
+        for s in shown {
             let _ = writeln!(text, "  {s}");
         }
         text
