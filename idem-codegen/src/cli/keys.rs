@@ -34,7 +34,13 @@ pub const DIGEST_KEY_ENV: &str = "IDEM_CREDENTIAL_DIGEST_KEY";
 #[derive(Debug, clap::Args)]
 pub struct KeysArgs {
     /// The key store: `sqlite://path/to/app.db` or `postgres://…`.
-    #[arg(long, env = "DATABASE_URL", value_name = "URL", global = true)]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL",
+        global = true
+    )]
     pub database_url: Option<String>,
     #[arg(long, value_enum, default_value_t = KeysFormat::Human, global = true)]
     pub format: KeysFormat,
