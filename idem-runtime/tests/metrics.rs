@@ -48,7 +48,13 @@ async fn serve<DB: Backend>(store: Store<DB>) -> String {
     format!("http://{addr}")
 }
 
-async fn scenario(base: &str, drain: &dyn Fn() -> BTreeMap<String, u64>, db: &str) {
+async fn scenario(base: &str, drain_all: &dyn Fn() -> BTreeMap<String, f64>, db: &str) {
+    let drain = || {
+        drain_all()
+            .into_iter()
+            .filter(|(k, v)| k.starts_with("idem_requests_total{") && *v > 0.0)
+            .collect::<BTreeMap<String, f64>>()
+    };
     let http = reqwest::Client::new();
     let send = |path: &str, key: Option<&str>, body: &str| {
         let mut request = http
@@ -86,12 +92,12 @@ async fn scenario(base: &str, drain: &dyn Fn() -> BTreeMap<String, u64>, db: &st
             .status(),
         201
     );
-    let want: BTreeMap<String, u64> = [
-        ("POST /orders/executed", 1),
-        ("POST /orders/replayed", 1),
-        ("POST /orders/reused", 1),
-        ("POST /orders/refused", 2),
-        ("createRefund/executed", 1),
+    let want: BTreeMap<String, f64> = [
+        ("idem_requests_total{POST /orders,executed}", 1.0),
+        ("idem_requests_total{POST /orders,replayed}", 1.0),
+        ("idem_requests_total{POST /orders,reused}", 1.0),
+        ("idem_requests_total{POST /orders,refused}", 2.0),
+        ("idem_requests_total{createRefund,executed}", 1.0),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -173,57 +179,34 @@ async fn client_scenario(drain_all: &dyn Fn() -> BTreeMap<String, f64>) {
 async fn a_hand_wired_layer_counts_one_outcome_per_request() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    let recorder_snapshotter = recorder.snapshotter();
     recorder.install().unwrap();
-    let drain = move || {
-        let mut counts = BTreeMap::new();
+    // Everything recorded since the last call (the snapshot drains), as
+    // `name{label values}` → value.
+    let all = move || {
+        let mut values = BTreeMap::new();
         for (key, _, _, value) in snapshotter.snapshot().into_vec() {
             let key = key.key();
-            if key.name() != "idem_requests_total" {
-                continue;
-            }
-            let label = |name: &str| {
-                key.labels()
-                    .find(|l| l.key() == name)
-                    .map(|l| l.value().to_owned())
-                    .unwrap_or_default()
+            let labels: Vec<&str> = key.labels().map(|l| l.value()).collect();
+            let value = match value {
+                DebugValue::Counter(n) => n as f64,
+                DebugValue::Gauge(g) => g.into_inner(),
+                DebugValue::Histogram(h) => h.len() as f64,
             };
-            if let DebugValue::Counter(n) = value
-                && n > 0
-            {
-                counts.insert(format!("{}/{}", label("operation"), label("outcome")), n);
-            }
+            values.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
         }
-        counts
-    };
-    let all = {
-        let snapshotter = recorder_snapshotter.clone();
-        move || {
-            let mut values = BTreeMap::new();
-            for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-                let key = key.key();
-                let labels: Vec<&str> = key.labels().map(|l| l.value()).collect();
-                let value = match value {
-                    DebugValue::Counter(n) => n as f64,
-                    DebugValue::Gauge(g) => g.into_inner(),
-                    DebugValue::Histogram(h) => h.len() as f64,
-                };
-                values.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
-            }
-            values
-        }
+        values
     };
     client_scenario(&all).await;
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("l.db").display());
     let base = serve(Store::open_sqlite(&url).await.unwrap()).await;
-    scenario(&base, &drain, "sqlite").await;
+    scenario(&base, &all, "sqlite").await;
 
     match std::env::var("IDEM_TEST_DATABASE_URL") {
         Ok(url) if !url.is_empty() => {
             let store = Store::connect_postgres(&url, 4).await.unwrap();
             let base = serve(store).await;
-            scenario(&base, &drain, "postgres").await;
+            scenario(&base, &all, "postgres").await;
         }
         _ => eprintln!("skipped on PostgreSQL: IDEM_TEST_DATABASE_URL is not set"),
     }

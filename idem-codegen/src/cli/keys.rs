@@ -325,6 +325,7 @@ async fn on<DB: Inspect>(store: Store<DB>, url: &str, args: &KeysArgs) -> Result
     }
 }
 
+/// `d` in milliseconds, as the key store keeps times.
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

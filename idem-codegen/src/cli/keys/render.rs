@@ -11,7 +11,7 @@ use idem_runtime::server::{
 };
 use serde_json::{Value, json};
 
-use super::{Done, EXIT_NOT_FOUND};
+use super::{Done, EXIT_NOT_FOUND, millis};
 use crate::cli::shared::{EXIT_CLEAN, EXIT_ERROR};
 
 /// How `show` prints a record.
@@ -68,10 +68,6 @@ fn state(s: KeyState) -> &'static str {
         KeyState::Complete => "complete",
         KeyState::Exhausted => "exhausted",
     }
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// A body as text for a person: pretty JSON, text, or its size when binary;
