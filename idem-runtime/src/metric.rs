@@ -20,6 +20,10 @@ pub const REQUEST_DURATION_SECONDS: &str = "idem_request_duration_seconds";
 pub const STORE_WAIT_SECONDS: &str = "idem_store_wait_seconds";
 /// 1 while the key store's database is known to be unreachable, else 0.
 pub const STORE_OUTAGE: &str = "idem_store_outage";
+/// Standbys of the key store's primary that a failover could lose
+/// acknowledged commits on (asynchronous ones, or all when commits do not
+/// wait for a standby), checked by the background jobs; 0 on SQLite.
+pub const STORE_STANDBYS_AT_RISK: &str = "idem_store_standbys_at_risk";
 /// Completer runs of abandoned phased requests, by `operation` and
 /// `outcome` (`completed`, `final`, `rescheduled`, `exhausted`).
 pub const COMPLETER_RUNS_TOTAL: &str = "idem_completer_runs_total";
@@ -69,6 +73,11 @@ pub fn describe() {
         STORE_OUTAGE,
         Unit::Count,
         "1 while the key store's database is known to be unreachable"
+    );
+    describe_gauge!(
+        STORE_STANDBYS_AT_RISK,
+        Unit::Count,
+        "Standbys a failover could lose acknowledged key records on"
     );
     describe_counter!(
         COMPLETER_RUNS_TOTAL,

@@ -79,6 +79,6 @@ pub use scope::{
 };
 pub use store::{
     Backend, BoxFuture, ExhaustedRecord, Inspect, Inspected, KeyRecord, KeyState, KeyStats,
-    ListFilter, NewClaim, ReapedRecord, Rescheduled, Schema, StepRecord, StepStatus, Store,
-    StoredRequest, WatchedCounts,
+    ListFilter, NewClaim, ReapedRecord, Replication, Rescheduled, Schema, Standby, StepRecord,
+    StepStatus, Store, StoredRequest, WatchedCounts,
 };

@@ -51,6 +51,8 @@ pub(crate) struct Server {
     /// More arguments for `serve` (`--bank-url …`).
     extra: Vec<String>,
     child: Option<tokio::process::Child>,
+    /// The warnings it logs, when captured.
+    warnings: Option<Arc<std::sync::Mutex<Vec<String>>>>,
 }
 
 impl Server {
@@ -62,7 +64,14 @@ impl Server {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             extra,
             child: None,
+            warnings: None,
         })
+    }
+
+    /// Keeps the warnings the server logs from now on (its stderr, at
+    /// `warn`), instead of letting them through.
+    pub(crate) fn capture_warnings(&mut self) -> Arc<std::sync::Mutex<Vec<String>>> {
+        Arc::clone(self.warnings.get_or_insert_with(Arc::default))
     }
 
     /// Where it listens (once started).
@@ -73,7 +82,8 @@ impl Server {
     /// Starts the process and waits until it listens: on a port of its own
     /// choosing the first time, on the same port after a restart.
     pub(crate) async fn start(&mut self) -> anyhow::Result<()> {
-        let mut child = tokio::process::Command::new(&self.exe)
+        let mut command = tokio::process::Command::new(&self.exe);
+        command
             .arg("serve")
             .arg("--database-url")
             .arg(&self.database_url)
@@ -81,9 +91,28 @@ impl Server {
             .arg(self.listen.to_string())
             .args(&self.extra)
             .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .context("cannot start the server process")?;
+            .kill_on_drop(true);
+        if self.warnings.is_some() {
+            command
+                .env("RUST_LOG", "warn")
+                .env("NO_COLOR", "1")
+                .stderr(std::process::Stdio::piped());
+        }
+        let mut child = command.spawn().context("cannot start the server process")?;
+        if let (Some(warnings), Some(stderr)) = (&self.warnings, child.stderr.take()) {
+            let warnings = Arc::clone(warnings);
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if line.contains("WARN") {
+                        warnings
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push(line);
+                    }
+                }
+            });
+        }
         let stdout = child.stdout.take().context("the server's stdout")?;
         self.child = Some(child);
         // Ready when it says where it listens; a server that cannot bind

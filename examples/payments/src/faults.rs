@@ -13,18 +13,20 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use idem_runtime::sqlx;
 
-use crate::api::{Client, CreateChargeParams, CreatePayoutParams, NewPayout};
+use crate::api::Client;
 use crate::bank::Bank;
+use crate::cluster::Cluster;
+pub use crate::cluster::find_pg_bin;
 use crate::demo::{Server, forward, order_body};
+use crate::load::{charge_params, payout_body, payout_params};
 
 /// A fault the scenarios inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -84,241 +86,21 @@ pub struct Settings {
     pub pg_bin: PathBuf,
 }
 
-/// The directory of PostgreSQL's server binaries: `IDEM_PG_BIN`, else the
-/// newest `/usr/lib/postgresql/*/bin`, else wherever `initdb` is on `PATH`.
-pub fn find_pg_bin() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("IDEM_PG_BIN") {
-        return Some(PathBuf::from(dir));
-    }
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("bin"))
-        .filter(|bin| bin.join("initdb").is_file())
-        .collect();
-    found.sort_by_key(|p| {
-        p.parent()
-            .and_then(|v| v.file_name())
-            .and_then(|v| v.to_str())
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(0)
-    });
-    found.pop().or_else(|| {
-        std::env::var_os("PATH")
-            .and_then(|path| std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file()))
-    })
-}
-
-/// A private PostgreSQL cluster in a temporary directory, owned by this run.
-struct Cluster {
-    bin: PathBuf,
-    dir: tempfile::TempDir,
-    port: u16,
-    /// Run as this user (`postgres`) when we are root: the server refuses root.
-    user: Option<String>,
-}
-
-impl Cluster {
-    async fn start(bin: &Path) -> anyhow::Result<Cluster> {
-        let dir = tempfile::Builder::new().prefix("idem-faults-").tempdir()?;
-        let root = std::process::Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-            .unwrap_or(false);
-        let user = root.then(|| "postgres".to_owned());
-        if let Some(user) = &user {
-            let status = std::process::Command::new("chown")
-                .arg(user)
-                .arg(dir.path())
-                .status()?;
-            if !status.success() {
-                bail!(
-                    "running as root, and the `postgres` user the server must run as is \
-                     missing: create it, or run as another user"
-                );
-            }
-        }
-        let port = {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
-            probe.local_addr()?.port()
-        };
-        let cluster = Cluster {
-            bin: bin.to_owned(),
-            dir,
-            port,
-            user,
-        };
-        let data = cluster.data();
-        cluster
-            .pg(&format!(
-                "'{}' -D '{data}' -U postgres --auth=trust -E UTF8 >/dev/null",
-                cluster.tool("initdb")
-            ))
-            .await
-            .context("initdb failed")?;
-        cluster.up().await?;
-        Ok(cluster)
-    }
-
-    fn data(&self) -> String {
-        self.dir.path().join("data").display().to_string()
-    }
-
-    fn tool(&self, name: &str) -> String {
-        self.bin.join(name).display().to_string()
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-
-    /// Runs a shell command as the cluster's owner.
-    async fn pg(&self, command: &str) -> anyhow::Result<()> {
-        let mut cmd = match &self.user {
-            Some(user) => {
-                let mut cmd = tokio::process::Command::new("su");
-                cmd.args([user.as_str(), "-s", "/bin/sh", "-c", command]);
-                cmd
-            }
-            None => {
-                let mut cmd = tokio::process::Command::new("sh");
-                cmd.args(["-c", command]);
-                cmd
-            }
-        };
-        let out = cmd.stdin(Stdio::null()).output().await?;
-        if !out.status.success() {
-            bail!(
-                "`{command}` failed: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(())
-    }
-
-    /// Starts the server, retrying while a killed one's processes exit.
-    async fn up(&self) -> anyhow::Result<()> {
-        let command = format!(
-            "'{}' -D '{}' -l '{}/log' -o \"-p {} -k {} -c listen_addresses=127.0.0.1 \
-             -c max_connections=100 -c fsync=off\" -w start >/dev/null",
-            self.tool("pg_ctl"),
-            self.data(),
-            self.dir.path().display(),
-            self.port,
-            self.dir.path().display(),
-        );
-        let mut last = None;
-        for _ in 0..40 {
-            match self.pg(&command).await {
-                Ok(()) => return Ok(()),
-                Err(e) => last = Some(e),
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        Err(last.unwrap_or_else(|| anyhow::anyhow!("PostgreSQL did not start")))
-    }
-
-    async fn ctl(&self, action: &str) -> anyhow::Result<()> {
-        self.pg(&format!(
-            "'{}' -D '{}' -m fast -w {action} >/dev/null",
-            self.tool("pg_ctl"),
-            self.data()
-        ))
-        .await
-    }
-
-    fn postmaster(&self) -> anyhow::Result<String> {
-        let pid = std::fs::read_to_string(self.dir.path().join("data/postmaster.pid"))?;
-        pid.lines()
-            .next()
-            .map(str::to_owned)
-            .context("an empty postmaster.pid")
-    }
-
-    /// Sends `signal` to the postmaster, and with `children` to every
-    /// process it started.
-    fn signal(&self, signal: &str, children: bool) -> anyhow::Result<()> {
-        let pid = self.postmaster()?;
-        let mut pids = vec![pid.clone()];
-        if children {
-            pids.extend(children_of(&pid));
-        }
-        let status = std::process::Command::new("kill")
-            .arg(format!("-{signal}"))
-            .args(&pids)
-            .status()?;
-        anyhow::ensure!(status.success(), "kill -{signal} {pid} failed");
-        Ok(())
-    }
-
-    async fn terminate_backends(&self) -> anyhow::Result<u64> {
-        use sqlx::Connection as _;
-        let mut conn = sqlx::PgConnection::connect(&self.url()).await?;
-        let n: Vec<(bool,)> = sqlx::query_as(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
-        )
-        .fetch_all(&mut conn)
-        .await?;
-        Ok(n.len() as u64)
-    }
-}
-
-/// The processes whose parent is `pid`, from `/proc`.
-fn children_of(pid: &str) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| {
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
-            let after = &stat[stat.rfind(')')? + 1..];
-            let ppid = after.split_whitespace().nth(1)?;
-            (ppid == pid).then(|| e.file_name().to_string_lossy().into_owned())
-        })
-        .collect()
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        // Resumed first, in case a hang was cut short.
-        let _ = self.signal("CONT", true);
-        let command = format!(
-            "'{}' -D '{}' -m immediate stop >/dev/null 2>&1",
-            self.tool("pg_ctl"),
-            self.data()
-        );
-        let _ = match &self.user {
-            Some(user) => std::process::Command::new("su")
-                .args([user.as_str(), "-s", "/bin/sh", "-c", &command])
-                .status(),
-            None => std::process::Command::new("sh")
-                .args(["-c", &command])
-                .status(),
-        };
-    }
-}
-
 /// One answer the server gave, seen between the client and the server.
 #[derive(Debug, Clone)]
-struct Answer {
+pub(crate) struct Answer {
     /// Since the scenario began.
-    at: Duration,
-    status: u16,
-    code: String,
+    pub(crate) at: Duration,
+    pub(crate) status: u16,
+    pub(crate) code: String,
     /// Whether the body said `"retryable": true`; `None` without a body flag.
-    retryable: Option<bool>,
-    latency: Duration,
+    pub(crate) retryable: Option<bool>,
+    pub(crate) latency: Duration,
     /// The remaining deadline the attempt carried.
-    deadline: Option<Duration>,
+    pub(crate) deadline: Option<Duration>,
 }
 
-type Log = Arc<Mutex<Vec<Answer>>>;
+pub(crate) type Log = Arc<Mutex<Vec<Answer>>>;
 
 /// An attempt on its way through the proxy.
 struct Watch {
@@ -349,7 +131,11 @@ impl Drop for Watch {
 
 /// A loopback proxy that forwards every request to the server and records
 /// its answer.
-async fn recorder(upstream: SocketAddr, began: Instant, log: Log) -> anyhow::Result<SocketAddr> {
+pub(crate) async fn recorder(
+    upstream: SocketAddr,
+    began: Instant,
+    log: Log,
+) -> anyhow::Result<SocketAddr> {
     use idem_runtime::axum::{self, body::Body, extract::Request, response::Response};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -732,25 +518,6 @@ fn summarize(outcome: &mut Outcome, answers: &[Answer], fault_at: Duration, back
         .map(|w| w[1] - w[0])
         .max()
         .unwrap_or_default();
-}
-
-fn charge_params(account: &str) -> CreateChargeParams {
-    CreateChargeParams {
-        x_account_id: account.to_owned(),
-    }
-}
-
-fn payout_params(account: &str) -> CreatePayoutParams {
-    CreatePayoutParams {
-        x_account_id: account.to_owned(),
-    }
-}
-
-fn payout_body(n: usize) -> NewPayout {
-    NewPayout {
-        vendor_id: format!("vendor-{n}"),
-        amount: 5_000 + i64::try_from(n).unwrap_or(0),
-    }
 }
 
 /// Keyed charges from `workers` workers while `fault` strikes. Returns when

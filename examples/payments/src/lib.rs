@@ -12,9 +12,13 @@
 //! ([`faults`]).
 
 pub mod bank;
+mod cluster;
 pub mod demo;
+pub mod failover;
 pub mod faults;
+mod load;
 pub mod outage;
+pub mod pgbouncer;
 pub mod server;
 
 /// The server, client and types generated from `fixtures/payments.yaml`.

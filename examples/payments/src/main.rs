@@ -75,6 +75,53 @@ enum Command {
         #[arg(long)]
         pg_bin: Option<std::path::PathBuf>,
     },
+    /// PostgreSQL failing over under keyed load: a primary and a streaming
+    /// standby, two servers given both hosts; the primary killed or fenced,
+    /// the standby promoted. What was lost, done twice, and how long it took.
+    Failover {
+        /// The scenarios (default: all, in order).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        only: Vec<payments_demo::failover::Scenario>,
+        /// Workers charging orders, each call with its own key.
+        #[arg(long, default_value_t = 16)]
+        workers: usize,
+        /// Workers paying out through the bank stub.
+        #[arg(long, default_value_t = 4)]
+        payout_workers: usize,
+        /// Seconds of load before the failover and after it.
+        #[arg(long, default_value_t = 5)]
+        settle_secs: u64,
+        /// Milliseconds the standby is cut off its primary before the
+        /// primary is killed: how far behind it is.
+        #[arg(long, default_value_t = 1000)]
+        standby_lag_ms: u64,
+        /// PostgreSQL's server binaries (initdb, pg_ctl, pg_basebackup);
+        /// found under IDEM_PG_BIN, /usr/lib/postgresql or PATH when not given.
+        #[arg(long)]
+        pg_bin: Option<std::path::PathBuf>,
+    },
+    /// Through PgBouncer in transaction pooling mode: what sqlx's
+    /// statements do through it, then three servers under keyed load with
+    /// concurrent duplicates, directly, through PgBouncer, and through a
+    /// PgBouncer killed midway.
+    Pgbouncer {
+        /// Workers, each sending one call to two servers at once.
+        #[arg(long, default_value_t = 24)]
+        workers: usize,
+        /// Seconds of load per row.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// PgBouncer's default_pool_size (server connections).
+        #[arg(long, default_value_t = 4)]
+        pool_size: u32,
+        /// PostgreSQL's server binaries; found under IDEM_PG_BIN,
+        /// /usr/lib/postgresql or PATH when not given.
+        #[arg(long)]
+        pg_bin: Option<std::path::PathBuf>,
+        /// The pgbouncer binary; /usr/sbin/pgbouncer or PATH when not given.
+        #[arg(long)]
+        pgbouncer: Option<std::path::PathBuf>,
+    },
     /// Serve the generated payments API (what the demo starts and kills).
     Serve {
         #[arg(long)]
@@ -98,8 +145,15 @@ enum Command {
         /// a listener of its own.
         #[arg(long, value_name = "ADDR")]
         metrics_listen: Option<SocketAddr>,
+        /// The database URL reaches PostgreSQL through a pooler in
+        /// transaction pooling mode (PgBouncer's `pool_mode = transaction`).
+        #[arg(long)]
+        behind_pooler: bool,
     },
 }
+
+const NO_PG_BIN: &str = "no PostgreSQL server binaries (initdb, pg_ctl) found: install \
+                         PostgreSQL or pass --pg-bin DIR";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -120,6 +174,7 @@ async fn main() -> ExitCode {
             resume_base_ms,
             resume_attempts,
             metrics_listen,
+            behind_pooler,
         }) => {
             if let Some(addr) = metrics_listen
                 && let Err(e) = server::serve_metrics(addr).await
@@ -149,7 +204,7 @@ async fn main() -> ExitCode {
                     ..idem_runtime::server::ResumePolicy::default()
                 }
             });
-            server::serve(&database_url, listen, bank_url, resume)
+            server::serve(&database_url, listen, bank_url, resume, behind_pooler)
                 .await
                 .map(|()| true)
         }
@@ -184,9 +239,7 @@ async fn main() -> ExitCode {
             pg_bin,
         }) => {
             let Some(pg_bin) = pg_bin.or_else(payments_demo::faults::find_pg_bin) else {
-                eprintln!(
-                    "error: no PostgreSQL server binaries (initdb, pg_ctl) found: install                      PostgreSQL or pass --pg-bin DIR"
-                );
+                eprintln!("error: {NO_PG_BIN}");
                 return ExitCode::from(2);
             };
             let settings = payments_demo::faults::Settings {
@@ -204,6 +257,72 @@ async fn main() -> ExitCode {
                 Ok(outcomes) => {
                     print!("{}", payments_demo::faults::report(&settings, &outcomes));
                     Ok(outcomes.iter().all(payments_demo::faults::Outcome::holds))
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Some(Command::Failover {
+            only,
+            workers,
+            payout_workers,
+            settle_secs,
+            standby_lag_ms,
+            pg_bin,
+        }) => {
+            let Some(pg_bin) = pg_bin.or_else(payments_demo::faults::find_pg_bin) else {
+                eprintln!("error: {NO_PG_BIN}");
+                return ExitCode::from(2);
+            };
+            let settings = payments_demo::failover::Settings {
+                lag: std::time::Duration::from_millis(standby_lag_ms),
+                scenarios: if only.is_empty() {
+                    payments_demo::failover::Scenario::ALL.to_vec()
+                } else {
+                    only
+                },
+                workers,
+                payout_workers,
+                settle: std::time::Duration::from_secs(settle_secs),
+                pg_bin,
+            };
+            match payments_demo::failover::run(&settings).await {
+                Ok(outcomes) => {
+                    print!("{}", payments_demo::failover::report(&settings, &outcomes));
+                    Ok(outcomes.iter().all(payments_demo::failover::Outcome::holds))
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Some(Command::Pgbouncer {
+            workers,
+            seconds,
+            pool_size,
+            pg_bin,
+            pgbouncer,
+        }) => {
+            let Some(pg_bin) = pg_bin.or_else(payments_demo::faults::find_pg_bin) else {
+                eprintln!("error: {NO_PG_BIN}");
+                return ExitCode::from(2);
+            };
+            let Some(pgbouncer) = pgbouncer.or_else(payments_demo::pgbouncer::find_pgbouncer)
+            else {
+                eprintln!(
+                    "error: no pgbouncer found: install it (Debian: apt-get install pgbouncer) \
+                     or pass --pgbouncer PATH"
+                );
+                return ExitCode::from(2);
+            };
+            let settings = payments_demo::pgbouncer::Settings {
+                workers,
+                seconds,
+                pool_size,
+                pg_bin,
+                pgbouncer,
+            };
+            match payments_demo::pgbouncer::run(&settings).await {
+                Ok(outcome) => {
+                    print!("{}", payments_demo::pgbouncer::report(&settings, &outcome));
+                    Ok(outcome.holds())
                 }
                 Err(e) => Err(e),
             }

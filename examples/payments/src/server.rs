@@ -25,6 +25,9 @@ pub struct Payments<DB: Backend> {
     pool: Pool<DB>,
     bank: Option<String>,
     http: idem_runtime::reqwest::Client,
+    /// Whether statements may be named and cached on their connection:
+    /// not behind a transaction pooler.
+    named: bool,
 }
 
 impl<DB: Backend> Payments<DB> {
@@ -34,6 +37,17 @@ impl<DB: Backend> Payments<DB> {
             pool,
             bank,
             http: idem_runtime::reqwest::Client::new(),
+            named: true,
+        }
+    }
+
+    /// The service behind a transaction pooler (PgBouncer's
+    /// `pool_mode = transaction`): its statements are unnamed, never
+    /// cached, and each runs inside a transaction, as idem's do.
+    pub fn behind_pooler(self) -> Self {
+        Payments {
+            named: false,
+            ..self
         }
     }
 }
@@ -144,6 +158,7 @@ macro_rules! payments_api {
                     "INSERT INTO charges (account, order_id, amount, currency, description) \
                      VALUES ($1, $2, $3, $4, $5) RETURNING id",
                 )
+                .persistent(self.named)
                 .bind(&input.x_account_id)
                 .bind(&body.order_id)
                 .bind(body.amount)
@@ -168,17 +183,23 @@ macro_rules! payments_api {
             ) -> Result<CreateLegacyChargeReply, Fault> {
                 let body = input.body;
                 let currency = currency(body.currency);
+                // In a transaction of its own, like every statement of this
+                // service: behind a transaction pooler an unnamed statement
+                // is safe only inside one.
+                let mut tx = self.pool.begin().await?;
                 let (id,): (i64,) = sqlx::query_as(
                     "INSERT INTO charges (account, order_id, amount, currency, description) \
                      VALUES ($1, $2, $3, $4, $5) RETURNING id",
                 )
+                .persistent(self.named)
                 .bind(&input.x_account_id)
                 .bind(&body.order_id)
                 .bind(body.amount)
                 .bind(currency_code(currency))
                 .bind(&body.description)
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *tx)
                 .await?;
+                tx.commit().await?;
                 Ok(CreateLegacyChargeReply::Created(Charge {
                     id,
                     order_id: body.order_id,
@@ -195,15 +216,18 @@ macro_rules! payments_api {
                 input: ListChargesInput,
             ) -> Result<ListChargesReply, Fault> {
                 let limit = i64::from(input.limit.unwrap_or(10_000).max(1));
+                let mut tx = self.pool.begin().await?;
                 let rows: Vec<Row> = sqlx::query_as(
                     "SELECT id, order_id, amount, currency, description FROM charges \
                      WHERE account = $1 AND ($2 IS NULL OR order_id = $2) ORDER BY id LIMIT $3",
                 )
+                .persistent(self.named)
                 .bind(&input.x_account_id)
                 .bind(&input.order_id)
                 .bind(limit)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *tx)
                 .await?;
+                tx.commit().await?;
                 Ok(ListChargesReply::Ok(rows.into_iter().map(charge).collect()))
             }
 
@@ -212,14 +236,17 @@ macro_rules! payments_api {
                 _cx: Context,
                 input: GetChargeInput,
             ) -> Result<GetChargeReply, Fault> {
+                let mut tx = self.pool.begin().await?;
                 let row: Option<Row> = sqlx::query_as(
                     "SELECT id, order_id, amount, currency, description FROM charges \
                      WHERE account = $1 AND id = $2",
                 )
+                .persistent(self.named)
                 .bind(&input.x_account_id)
                 .bind(input.charge_id)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *tx)
                 .await?;
+                tx.commit().await?;
                 Ok(match row {
                     Some(row) => GetChargeReply::Ok(charge(row)),
                     None => GetChargeReply::NotFound(problem("not_found", "no such charge")),
@@ -302,26 +329,38 @@ pub async fn serve(
     listen: SocketAddr,
     bank: Option<String>,
     resume: Option<ResumePolicy>,
+    behind_pooler: bool,
 ) -> anyhow::Result<()> {
     if database_url.starts_with("postgres") {
-        // Every connection bounds its lock waits by the routes' duplicate
-        // wait (the default, 2s), so the claims themselves set nothing.
-        let wait = idem_runtime::server::Policy::new().duplicate_wait_bound();
-        let store = Store::connect_postgres_bounded(database_url, 16, wait).await?;
+        let store = if behind_pooler {
+            // No session state through a transaction pooler: the claims
+            // bound their own lock waits.
+            Store::connect_postgres_pooled(database_url, 16).await?
+        } else {
+            // Every connection bounds its lock waits by the routes'
+            // duplicate wait (the default, 2s), so the claims themselves
+            // set nothing.
+            let wait = idem_runtime::server::Policy::new().duplicate_wait_bound();
+            Store::connect_postgres_bounded(database_url, 16, wait).await?
+        };
         // Servers starting together on one database would race to create
         // the table (PostgreSQL's `IF NOT EXISTS` is not safe under
         // concurrency): one of them at a time, under an advisory lock.
         let mut tx = store.pool().begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock(7263541210)")
+            .persistent(!behind_pooler)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(POSTGRES_SCHEMA).execute(&mut *tx).await?;
+        sqlx::query(POSTGRES_SCHEMA)
+            .persistent(!behind_pooler)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
-        run(store, listen, bank, resume).await
+        run(store, listen, bank, resume, behind_pooler).await
     } else {
         let store = Store::open_sqlite(database_url).await?;
         sqlx::query(SQLITE_SCHEMA).execute(store.pool()).await?;
-        run(store, listen, bank, resume).await
+        run(store, listen, bank, resume, false).await
     }
 }
 
@@ -330,12 +369,18 @@ async fn run<DB: Backend>(
     listen: SocketAddr,
     bank: Option<String>,
     resume: Option<ResumePolicy>,
+    behind_pooler: bool,
 ) -> anyhow::Result<()>
 where
     Payments<DB>: Api<DB>,
 {
     store.migrate().await?;
     let api = Payments::new(store.pool().clone(), bank);
+    let api = if behind_pooler {
+        api.behind_pooler()
+    } else {
+        api
+    };
     // Keys are scoped to the calling account; there is no global scope.
     let mut idem = Idempotency::builder(store).scope(HeaderScope::new("x-account-id"));
     if let Some(schedule) = resume {

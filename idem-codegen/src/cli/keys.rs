@@ -10,9 +10,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use idem_runtime::server::{
-    Inspect, KeyState, ListFilter, Schema, Store, StoreError, credential_digest,
+    Inspect, KeyState, ListFilter, Replication, Schema, Store, StoreError, credential_digest,
 };
-use idem_runtime::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use idem_runtime::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use idem_runtime::sqlx::{Postgres, Sqlite};
 
@@ -193,23 +192,18 @@ async fn dispatch(args: &KeysArgs) -> Result<Done, Failure> {
         ));
     };
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let mut options = PgConnectOptions::from_str(url)
-            .map_err(|e| Failure::input(format!("{} is not a PostgreSQL URL: {e}", redact(url))))?;
-        if args.behind_pooler {
-            options = options.statement_cache_capacity(0);
-        }
-        let pool = PgPoolOptions::new()
-            .max_connections(2)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options)
-            .await
-            .map_err(|e| Failure::input(format!("cannot reach {}: {e}", redact(url))))?;
-        let store = Store::new(pool);
-        let store = if args.behind_pooler {
-            store.behind_transaction_pooler()
+        // A host list (`postgres://db1,db2/app`) reaches its primary.
+        let connected = if args.behind_pooler {
+            Store::connect_postgres_pooled(url, 2).await
         } else {
-            store
+            Store::connect_postgres(url, 2).await
         };
+        let store = connected.map_err(|e| match e {
+            StoreError::Database(idem_runtime::sqlx::Error::Configuration(_)) => Failure::input(
+                format!("{} is not a usable PostgreSQL URL: {e}", redact(url)),
+            ),
+            e => Failure::input(format!("cannot reach {}: {e}", redact(url))),
+        })?;
         on::<Postgres>(store, url, args).await
     } else if url.starts_with("sqlite:") {
         let options = SqliteConnectOptions::from_str(url)
@@ -316,13 +310,26 @@ async fn on<DB: Inspect>(store: Store<DB>, url: &str, args: &KeysArgs) -> Result
             let stats = DB::stats(store.pool(), now - millis(*reaper_after))
                 .await
                 .map_err(Failure::store)?;
+            let replication = replication::<DB>(&store).await?;
             Ok(Done {
-                text: render::stats(&stats, now, *reaper_after, json),
+                text: render::stats(&stats, replication.as_ref(), now, *reaper_after, json),
                 code: EXIT_CLEAN,
             })
         }
         KeysCommand::Resume { key, scope } => resume(&store, key, scope, json).await,
     }
+}
+
+/// How the store's primary replicates (`None` on SQLite).
+async fn replication<DB: Inspect>(store: &Store<DB>) -> Result<Option<Replication>, Failure> {
+    let mut tx = store
+        .pool()
+        .begin()
+        .await
+        .map_err(|e| Failure::store(e.into()))?;
+    let replication = DB::replication(&mut tx).await.map_err(Failure::store)?;
+    tx.commit().await.map_err(|e| Failure::store(e.into()))?;
+    Ok(replication)
 }
 
 /// `d` in milliseconds, as the key store keeps times.

@@ -93,6 +93,8 @@ pub(crate) struct Shared<DB: Backend> {
     resume: Option<ResumePolicy>,
     /// The key credential-scoped routes digest credentials with.
     credential_key: Option<Arc<[u8]>>,
+    /// The replication warning last logged, so that it is logged once.
+    pub(crate) replication_warned: std::sync::Mutex<Option<String>>,
 }
 
 /// Whether a body is JSON (`application/json` or any `+json` type) and

@@ -13,7 +13,7 @@ use crate::protocol;
 pub enum StoreError {
     /// The database could not be reached or refused the statement.
     #[error("key store error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(#[source] sqlx::Error),
     /// An embedded migration failed.
     #[error("key store migration {version} failed: {source}")]
     Migration {
@@ -53,6 +53,15 @@ pub enum StoreError {
         /// The value found.
         value: String,
     },
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        // A read-only answer tells a store with a host list that its
+        // primary moved.
+        super::store::note_error(&error);
+        StoreError::Database(error)
+    }
 }
 
 /// A configuration that cannot be built.

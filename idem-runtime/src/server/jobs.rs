@@ -11,7 +11,7 @@ use super::clock::{ms, now_ms};
 use super::engine::Idempotency;
 use super::error::StoreError;
 use super::phased::RunEnd;
-use super::store::{Backend, ExhaustedRecord, KeyState, ReapedRecord, WatchedCounts};
+use super::store::{Backend, ExhaustedRecord, KeyState, ReapedRecord, Replication, WatchedCounts};
 use crate::metric;
 
 /// How often the background jobs count the records in flight and
@@ -160,6 +160,36 @@ impl<DB: Backend> Idempotency<DB> {
         Ok(counts)
     }
 
+    /// Asks the primary how it replicates, sets
+    /// `idem_store_standbys_at_risk`, and logs a warning when a failover
+    /// could lose acknowledged commits ([`Replication::warning`]): once,
+    /// and again only when what it says changes. The background jobs call
+    /// it on their first pass and then every [`RECORDS_EVERY`]. `None` on
+    /// SQLite.
+    pub async fn check_replication(&self) -> Result<Option<Replication>, StoreError> {
+        let mut conn = self.store().pool().begin().await?;
+        let replication = DB::replication(&mut conn).await?;
+        conn.commit().await?;
+        let at_risk = replication.as_ref().map_or(0, |r| r.at_risk().len());
+        #[allow(clippy::cast_precision_loss, reason = "a gauge is an f64")]
+        metrics::gauge!(metric::STORE_STANDBYS_AT_RISK).set(at_risk as f64);
+        let warning = replication.as_ref().and_then(Replication::warning);
+        let mut warned = self
+            .inner
+            .shared
+            .replication_warned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *warned != warning {
+            match &warning {
+                Some(text) => tracing::warn!("{text}"),
+                None => tracing::info!("the key store's standbys are all synchronous now"),
+            }
+            *warned = warning;
+        }
+        Ok(replication)
+    }
+
     /// Up to `limit` exhausted records, oldest first: what an operator
     /// settles, each with the recovery point its effects stop at.
     pub async fn exhausted(&self, limit: usize) -> Result<Vec<ExhaustedRecord>, StoreError> {
@@ -181,6 +211,9 @@ impl<DB: Backend> Idempotency<DB> {
                     counted = Some(tokio::time::Instant::now());
                     if let Err(e) = idem.refresh_record_gauges().await {
                         tracing::warn!(error = %e, "could not count the key records");
+                    }
+                    if let Err(e) = idem.check_replication().await {
+                        tracing::debug!(error = %e, "could not read the primary's replication");
                     }
                 }
                 if let Err(e) = idem.complete_abandoned(100).await {

@@ -133,7 +133,7 @@ pub enum PhaseError<R> {
 
 impl From<sqlx::Error> for StepError {
     fn from(e: sqlx::Error) -> Self {
-        StepError::Store(StoreError::Database(e))
+        StepError::Store(StoreError::from(e))
     }
 }
 

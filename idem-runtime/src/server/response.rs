@@ -285,7 +285,7 @@ impl Fault {
 
 impl From<sqlx::Error> for Fault {
     fn from(e: sqlx::Error) -> Self {
-        Fault::from(super::StoreError::Database(e))
+        Fault::from(super::StoreError::from(e))
     }
 }
 

@@ -22,12 +22,17 @@ use super::health::{Admit, Failure, Health, classify};
 
 mod backend;
 mod inspect;
+mod primary;
 mod records;
+mod replication;
 mod sql;
 
 pub use backend::Backend;
 pub use inspect::{Inspect, Inspected, KeyStats, ListFilter, Schema};
+use primary::Primary;
+pub(crate) use primary::note as note_error;
 pub use records::*;
+pub use replication::{Replication, Standby};
 use sql::lock_timeout_setting;
 
 /// Set once a PostgreSQL store in this process is behind a transaction
@@ -64,6 +69,19 @@ pub struct Store<DB: Backend> {
     /// The `lock_timeout` every connection of the pool runs with, when the
     /// store set it at connect.
     session_lock_wait: Option<Duration>,
+    /// Given a host list: starts a search for the primary (`true`: a
+    /// request found no connection).
+    follow: Option<Follow>,
+}
+
+/// A store's search for its primary, started from the generic code.
+#[derive(Clone)]
+struct Follow(Arc<dyn Fn(bool) + Send + Sync>);
+
+impl std::fmt::Debug for Follow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Follow")
+    }
 }
 
 impl<DB: Backend> Clone for Store<DB> {
@@ -73,6 +91,7 @@ impl<DB: Backend> Clone for Store<DB> {
             gate: Arc::clone(&self.gate),
             health: Arc::clone(&self.health),
             session_lock_wait: self.session_lock_wait,
+            follow: self.follow.clone(),
         }
     }
 }
@@ -85,6 +104,7 @@ impl<DB: Backend> Store<DB> {
             gate: Arc::default(),
             health: Arc::default(),
             session_lock_wait: None,
+            follow: None,
         }
     }
 
@@ -105,6 +125,9 @@ impl<DB: Backend> Store<DB> {
         &self,
         wait: Duration,
     ) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
+        if let Some(Follow(follow)) = &self.follow {
+            follow(false);
+        }
         if let Admit::Refuse(down_for) = self.health.admit(wait) {
             return Err(StoreError::Down { down_for });
         }
@@ -141,6 +164,9 @@ impl<DB: Backend> Store<DB> {
             }
             waited();
             watch.armed = false;
+            if let Some(Follow(follow)) = &self.follow {
+                follow(true);
+            }
             if let Some(down_for) = self.health.failed(failure, wait) {
                 if let Some(e) = &error {
                     tracing::debug!(error = %e, "no database connection");
@@ -232,9 +258,19 @@ impl Store<Postgres> {
     /// A pooled connection is not pinged before each use: a connection that
     /// died while idle fails the request's first statement, which is answered
     /// `503` with `Retry-After` with nothing committed, and the pool drops it.
+    ///
+    /// `url` may list several hosts, in libpq's form
+    /// (`postgres://app@db1:5432,db2:5432/pay`): the pool connects to the
+    /// first that accepts writes and follows the primary when it moves (a
+    /// failover, a switchover). New connections are checked with
+    /// `SHOW transaction_read_only`; a request that finds no connection, or a
+    /// statement answered `25006` (read-only transaction), starts a search
+    /// of the list in order, and connections opened before the primary moved
+    /// are discarded. One host with `target_session_attrs=read-write` gets
+    /// the same checks (a name that a failover repoints). Connecting fails
+    /// when no host accepts writes.
     pub async fn connect_postgres(url: &str, max_connections: u32) -> Result<Self, StoreError> {
-        let pool = Self::pool_options(max_connections).connect(url).await?;
-        Ok(Store::new(pool))
+        Self::connect_with(url, max_connections, None, false).await
     }
 
     /// Connects like [`Store::connect_postgres`], and opens every connection
@@ -259,18 +295,55 @@ impl Store<Postgres> {
             "SET lock_timeout = '{}'",
             lock_timeout_setting(duplicate_wait)
         );
-        let pool = Self::pool_options(max_connections)
-            .after_connect(move |conn, _| {
-                let set = set.clone();
-                Box::pin(async move {
-                    sqlx::Executor::execute(conn, set.as_str()).await?;
-                    Ok(())
-                })
-            })
-            .connect(url)
-            .await?;
+        let store = Self::connect_with(url, max_connections, Some(set), false).await?;
         Ok(Store {
             session_lock_wait: Some(duplicate_wait),
+            ..store
+        })
+    }
+
+    /// Every PostgreSQL constructor: `url` is one host, or a host list
+    /// whose primary the pool follows; `set` runs on every new connection.
+    async fn connect_with(
+        url: &str,
+        max_connections: u32,
+        set: Option<String>,
+        pooled: bool,
+    ) -> Result<Self, StoreError> {
+        let tune = |options: PgConnectOptions| {
+            if pooled {
+                options.statement_cache_capacity(0)
+            } else {
+                options
+            }
+        };
+        let pool_options = Self::pool_options(max_connections);
+        let Some(hosts) = primary::hosts(url)? else {
+            let pool_options = match set {
+                Some(set) => pool_options.after_connect(move |conn, _| {
+                    let set = set.clone();
+                    Box::pin(async move {
+                        sqlx::Executor::execute(conn, set.as_str()).await?;
+                        Ok(())
+                    })
+                }),
+                None => pool_options,
+            };
+            let pool = pool_options
+                .connect_with(tune(PgConnectOptions::from_str(url)?))
+                .await?;
+            return Ok(Store::new(pool));
+        };
+        let (primary, first) = Primary::find(hosts.into_iter().map(tune).collect()).await?;
+        let pool = primary.hooks(pool_options, set).connect_with(first).await?;
+        let watched = pool.clone();
+        let follow = Follow(Arc::new(move |failed: bool| {
+            if failed || primary.wanted() {
+                primary.search(&watched);
+            }
+        }));
+        Ok(Store {
+            follow: Some(follow),
             ..Store::new(pool)
         })
     }
@@ -286,11 +359,8 @@ impl Store<Postgres> {
         url: &str,
         max_connections: u32,
     ) -> Result<Self, StoreError> {
-        let options = PgConnectOptions::from_str(url)?.statement_cache_capacity(0);
-        let pool = Self::pool_options(max_connections)
-            .connect_with(options)
-            .await?;
-        Ok(Store::new(pool).behind_transaction_pooler())
+        let store = Self::connect_with(url, max_connections, None, true).await?;
+        Ok(store.behind_transaction_pooler())
     }
 
     /// Says a pooler in transaction pooling mode (PgBouncer's

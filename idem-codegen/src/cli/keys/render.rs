@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use idem_runtime::chrono::{DateTime, SecondsFormat};
 use idem_runtime::server::{
-    Inspected, KeyRecord, KeyState, KeyStats, StepStatus, StoredResponse, scope_digest,
+    Inspected, KeyRecord, KeyState, KeyStats, Replication, StepStatus, StoredResponse, scope_digest,
 };
 use serde_json::{Value, json};
 
@@ -335,7 +335,13 @@ pub(crate) fn list(records: &[KeyRecord], now: i64, json: bool) -> String {
     out
 }
 
-pub(crate) fn stats(s: &KeyStats, now: i64, reaper_after: Duration, json: bool) -> String {
+pub(crate) fn stats(
+    s: &KeyStats,
+    replication: Option<&Replication>,
+    now: i64,
+    reaper_after: Duration,
+    json: bool,
+) -> String {
     if json {
         let document = json!({
             "records": s.by_state.iter().map(|(st, op, n)| json!({"state": state(*st), "operation": op, "count": n})).collect::<Vec<_>>(),
@@ -347,6 +353,12 @@ pub(crate) fn stats(s: &KeyStats, now: i64, reaper_after: Duration, json: bool) 
                 "reaper_after_ms": millis(reaper_after),
                 "deletes": s.reapable.iter().map(|(st, n)| json!({"state": state(*st), "count": n})).collect::<Vec<_>>(),
             },
+            "replication": replication.map(|r| json!({
+                "synchronous_commit": r.synchronous_commit,
+                "standbys": r.standbys.iter().map(|s| json!({"name": s.name, "sync_state": s.sync_state})).collect::<Vec<_>>(),
+                "at_risk": r.at_risk().iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
+                "warning": r.warning(),
+            })),
         });
         return format!(
             "{}\n",
@@ -394,6 +406,22 @@ pub(crate) fn stats(s: &KeyStats, now: i64, reaper_after: Duration, json: bool) 
             deletes.join(", ")
         }
     );
+    if let Some(r) = replication {
+        let standbys: Vec<String> = r.standbys.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            out,
+            "replication: synchronous_commit = {}, standbys: {}",
+            r.synchronous_commit,
+            if standbys.is_empty() {
+                "none".to_owned()
+            } else {
+                standbys.join(", ")
+            }
+        );
+        if let Some(warning) = r.warning() {
+            let _ = writeln!(out, "warning: {warning}");
+        }
+    }
     out
 }
 

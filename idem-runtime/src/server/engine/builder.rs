@@ -121,6 +121,7 @@ impl<DB: Backend> IdempotencyBuilder<DB> {
                     )]),
                     resume: self.resume,
                     credential_key: self.credential_key,
+                    replication_warned: std::sync::Mutex::new(None),
                 }),
                 policy: self.policy,
             }),

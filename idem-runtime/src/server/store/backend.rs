@@ -142,6 +142,13 @@ pub trait Backend: sqlx::Database + Sized {
         now: i64,
     ) -> BoxFuture<'_, Result<WatchedCounts, StoreError>>;
 
+    /// Whether the primary replicates to standbys, and how
+    /// ([`Replication`](super::Replication)); `None` where the engine has no
+    /// such thing (SQLite).
+    fn replication(
+        conn: &mut Self::Connection,
+    ) -> BoxFuture<'_, Result<Option<super::Replication>, StoreError>>;
+
     /// Up to `limit` exhausted records, oldest first.
     fn exhausted(
         conn: &mut Self::Connection,

@@ -365,7 +365,7 @@ fn now_for_migrations() -> i64 {
 }
 
 macro_rules! impl_backend {
-    ($db:ty, $migrations:expr, $lock:expr, $claims:expr, $complete:expr, $lift:expr, $named:expr) => {
+    ($db:ty, $migrations:expr, $lock:expr, $claims:expr, $complete:expr, $lift:expr, $named:expr, $replication:expr) => {
         impl Backend for $db {
             fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>> {
                 Box::pin(async move {
@@ -669,6 +669,34 @@ macro_rules! impl_backend {
                 })
             }
 
+            fn replication(
+                conn: &mut Self::Connection,
+            ) -> BoxFuture<'_, Result<Option<super::Replication>, StoreError>> {
+                Box::pin(async move {
+                    let Some(sql) = $replication else {
+                        return Ok(None);
+                    };
+                    let rows: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(sql)
+                        .persistent($named)
+                        .fetch_all(&mut *conn)
+                        .await?;
+                    let synchronous_commit = rows.first().map(|r| r.0.clone()).unwrap_or_default();
+                    let standbys = rows
+                        .into_iter()
+                        .filter_map(|(_, name, sync_state)| {
+                            Some(super::Standby {
+                                name: name?,
+                                sync_state,
+                            })
+                        })
+                        .collect();
+                    Ok(Some(super::Replication {
+                        synchronous_commit,
+                        standbys,
+                    }))
+                })
+            }
+
             fn exhausted(
                 conn: &mut Self::Connection,
                 limit: i64,
@@ -896,7 +924,8 @@ impl_backend!(
     ((CLAIM, CLAIM_PHASED), None::<(&'static str, &'static str)>),
     (CLAIM_COMPLETE, None::<&'static str>),
     None::<&'static str>,
-    true
+    true,
+    None::<&'static str>
 );
 impl_backend!(
     Postgres,
@@ -908,5 +937,6 @@ impl_backend!(
     ),
     (CLAIM_COMPLETE, Some(CLAIM_COMPLETE_POSTGRES)),
     Some(LIFT_BOUND_POSTGRES),
-    super::named_statements()
+    super::named_statements(),
+    Some(super::replication::POSTGRES_REPLICATION)
 );

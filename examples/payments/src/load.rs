@@ -1,0 +1,286 @@
+//! Keyed load for the scenarios across machines: workers charging orders
+//! (each logical charge with its own key, optionally sent twice at once to
+//! two servers), workers paying out, and what it all left in the database.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use idem_runtime::client::IdempotencyKey;
+use idem_runtime::sqlx;
+
+use crate::api::{Client, CreateChargeParams, CreatePayoutParams, NewPayout};
+use crate::demo::order_body;
+
+/// What a kind of call is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Charge,
+    Payout,
+}
+
+/// Calls left without an answer: their number, and the key to settle them with.
+type Pending = Vec<(usize, IdempotencyKey)>;
+
+/// Workers making calls until stopped.
+pub(crate) struct Load {
+    stop: Arc<AtomicBool>,
+    next: Arc<AtomicUsize>,
+    /// HTTP requests the calls made, duplicates included (not retries).
+    sent: Arc<AtomicUsize>,
+    acked: Arc<Mutex<BTreeSet<usize>>>,
+    pending: Arc<Mutex<Pending>>,
+    workers: tokio::task::JoinSet<()>,
+}
+
+/// What a load did, once stopped.
+#[derive(Debug, Default)]
+pub(crate) struct Done {
+    pub(crate) calls: usize,
+    pub(crate) sent: usize,
+    /// Calls whose caller got a success.
+    pub(crate) acked: BTreeSet<usize>,
+    pub(crate) pending: Pending,
+}
+
+pub(crate) fn charge_params(account: &str) -> CreateChargeParams {
+    CreateChargeParams {
+        x_account_id: account.to_owned(),
+    }
+}
+
+pub(crate) fn payout_params(account: &str) -> CreatePayoutParams {
+    CreatePayoutParams {
+        x_account_id: account.to_owned(),
+    }
+}
+
+pub(crate) fn payout_body(n: usize) -> NewPayout {
+    NewPayout {
+        vendor_id: format!("vendor-{n}"),
+        amount: 5_000 + i64::try_from(n).unwrap_or(0),
+    }
+}
+
+/// One call with `key` through `client`; `true` on a success.
+pub(crate) async fn call(
+    client: &Client,
+    kind: Kind,
+    account: &str,
+    n: usize,
+    key: IdempotencyKey,
+) -> bool {
+    match kind {
+        Kind::Charge => client
+            .charges()
+            .create(&charge_params(account), &order_body(n))
+            .idempotency_key(key)
+            .send()
+            .await
+            .is_ok(),
+        Kind::Payout => client
+            .payouts()
+            .create(&payout_params(account), &payout_body(n))
+            .idempotency_key(key)
+            .send()
+            .await
+            .is_ok(),
+    }
+}
+
+impl Load {
+    /// `workers` workers spread over `clients`, each making one call at a
+    /// time with a fresh key; with `twice`, each call goes to two servers at
+    /// once with the same key, and counts as acknowledged when either
+    /// answered with a success. Payouts number from `first`.
+    pub(crate) fn start(
+        kind: Kind,
+        clients: &[Client],
+        workers: usize,
+        account: &str,
+        twice: bool,
+        first: usize,
+    ) -> Load {
+        let mut load = Load {
+            stop: Arc::default(),
+            next: Arc::new(AtomicUsize::new(first)),
+            sent: Arc::default(),
+            acked: Arc::default(),
+            pending: Arc::default(),
+            workers: tokio::task::JoinSet::new(),
+        };
+        for w in 0..workers {
+            let one = clients[w % clients.len()].clone();
+            let other = clients[(w + 1) % clients.len()].clone();
+            let (stop, next, sent) = (
+                Arc::clone(&load.stop),
+                Arc::clone(&load.next),
+                Arc::clone(&load.sent),
+            );
+            let (acked, pending, account) = (
+                Arc::clone(&load.acked),
+                Arc::clone(&load.pending),
+                account.to_owned(),
+            );
+            load.workers.spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let key = IdempotencyKey::new_v4();
+                    let ok = if twice {
+                        sent.fetch_add(2, Ordering::Relaxed);
+                        let (a, b) = tokio::join!(
+                            call(&one, kind, &account, n, key.clone()),
+                            call(&other, kind, &account, n, key.clone())
+                        );
+                        a || b
+                    } else {
+                        sent.fetch_add(1, Ordering::Relaxed);
+                        call(&one, kind, &account, n, key.clone()).await
+                    };
+                    if ok {
+                        acked
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .insert(n);
+                    } else {
+                        pending
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push((n, key));
+                        // What a job runner does with a call it could not
+                        // settle: set it aside for later, and pause.
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                }
+            });
+        }
+        load
+    }
+
+    /// Stops the workers once their calls in progress end.
+    pub(crate) async fn stop(mut self, first: usize) -> Done {
+        self.stop.store(true, Ordering::Relaxed);
+        while self.workers.join_next().await.is_some() {}
+        Done {
+            calls: self.next.load(Ordering::Relaxed) - first,
+            sent: self.sent.load(Ordering::Relaxed),
+            acked: take(&self.acked),
+            pending: take(&self.pending),
+        }
+    }
+}
+
+fn take<T: Default>(shared: &Mutex<T>) -> T {
+    std::mem::take(&mut *shared.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// Settles the calls left without an answer: the same call with the same
+/// key, every 500ms for up to 15 s, until each has its answer. Returns how
+/// many were settled.
+pub(crate) async fn reconcile(
+    client: &Client,
+    kind: Kind,
+    account: &str,
+    done: &mut Done,
+) -> usize {
+    let mut pending = std::mem::take(&mut done.pending);
+    let unknown = pending.len();
+    for _ in 0..30 {
+        let mut still = Vec::new();
+        for (n, key) in pending {
+            if call(client, kind, account, n, key.clone()).await {
+                done.acked.insert(n);
+            } else {
+                still.push((n, key));
+            }
+        }
+        pending = still;
+        if pending.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let settled = unknown - pending.len();
+    done.pending = pending;
+    settled
+}
+
+/// What the database holds for the charges of `account`.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Counted {
+    /// Charges beyond the first of an order.
+    pub(crate) duplicates: usize,
+    /// Acknowledged calls whose charge (or payout record) is missing.
+    pub(crate) lost: usize,
+    /// Keys still in flight.
+    pub(crate) stuck: usize,
+}
+
+/// Counts the charges of `account` against the orders acknowledged.
+pub(crate) async fn count_charges(
+    url: &str,
+    account: &str,
+    acked: &BTreeSet<usize>,
+) -> anyhow::Result<Counted> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await?;
+    let per_order: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT order_id, COUNT(*) FROM charges WHERE account = $1 GROUP BY order_id",
+    )
+    .bind(account)
+    .fetch_all(&pool)
+    .await?;
+    let present: HashMap<String, i64> = per_order.into_iter().collect();
+    let duplicates = present
+        .values()
+        .map(|n| usize::try_from(n - 1).unwrap_or(0))
+        .sum();
+    let lost = acked
+        .iter()
+        .filter(|n| !present.contains_key(&order_body(**n).order_id))
+        .count();
+    let stuck = stuck(&pool, account).await?;
+    pool.close().await;
+    Ok(Counted {
+        duplicates,
+        lost,
+        stuck,
+    })
+}
+
+/// Counts the payouts of `account`: acknowledged ones without a complete
+/// record.
+pub(crate) async fn count_payouts(
+    url: &str,
+    account: &str,
+    acked: usize,
+) -> anyhow::Result<Counted> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await?;
+    let (complete,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM idem_keys WHERE scope = $1 AND state = 'complete'")
+            .bind(account)
+            .fetch_one(&pool)
+            .await?;
+    let stuck = stuck(&pool, account).await?;
+    pool.close().await;
+    Ok(Counted {
+        duplicates: 0,
+        lost: acked.saturating_sub(usize::try_from(complete).unwrap_or(0)),
+        stuck,
+    })
+}
+
+async fn stuck(pool: &sqlx::PgPool, account: &str) -> anyhow::Result<usize> {
+    let (stuck,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM idem_keys WHERE scope = $1 AND state = 'in_flight'")
+            .bind(account)
+            .fetch_one(pool)
+            .await?;
+    Ok(usize::try_from(stuck).unwrap_or(0))
+}
