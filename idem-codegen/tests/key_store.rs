@@ -446,6 +446,27 @@ async fn idem_keys_reads_what_requests_wrote() {
     };
     let store = Store::connect_postgres(&url, 8).await.unwrap();
     exercise(store, &url).await;
+    // PostgreSQL says how it replicates: here, to no standby.
+    let (code, out, err) = keys(&url, &["stats"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("replication: synchronous_commit = on, standbys: none"),
+        "{out}"
+    );
+    assert!(!out.contains("warning:"), "{out}");
+    let (_, out, _) = keys(&url, &["stats", "--format", "json"], &[]);
+    let stats: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        stats["replication"]["standbys"],
+        serde_json::json!([]),
+        "{out}"
+    );
+    assert_eq!(stats["replication"]["warning"], Value::Null, "{out}");
+    // A host list, its first host down, reaches the second.
+    let listed = url.replacen("@", "@127.0.0.1:1,", 1);
+    let (code, out, err) = keys(&listed, &["stats"], &[]);
+    assert_eq!(code, 0, "{listed}: {err}");
+    assert!(out.contains("replication:"), "{out}");
     let (code, _, err) = keys("postgres://postgres@127.0.0.1:1/none", &["list"], &[]);
     assert_eq!(code, 2);
     assert!(err.contains("cannot reach"), "{err}");

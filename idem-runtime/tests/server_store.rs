@@ -661,3 +661,38 @@ async fn a_version_1_store_upgrades_in_place<DB: AtVersion1>(store: Store<DB>) {
     tx.commit().await.unwrap();
 }
 on_every_backend!(a_version_1_store_upgrades_in_place);
+
+#[tokio::test]
+async fn a_host_list_reaches_the_first_host_that_accepts_writes() {
+    let Some(url) = support_server::postgres_url("host_list") else {
+        return;
+    };
+    // `postgres://user@host:port/db`: a host that refuses connections
+    // (port 1) listed before the real one.
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (userinfo, hostpart) = rest.rsplit_once('@').unwrap_or(("", rest));
+    let at = if userinfo.is_empty() { "" } else { "@" };
+    let listed = format!("{scheme}://{userinfo}{at}127.0.0.1:1,{hostpart}");
+    let store = Store::connect_postgres(&listed, 2).await.unwrap();
+    let mut tx = store.begin_within(Duration::from_secs(2)).await.unwrap();
+    let (read_only,): (String,) = sqlx::query_as("SHOW transaction_read_only")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(read_only, "off");
+    tx.rollback().await.unwrap();
+
+    // Every host read-only (as a standby, or a fenced primary, is):
+    // connecting fails and says why.
+    let separator = if listed.contains('?') { '&' } else { '?' };
+    let fenced = format!("{listed}{separator}options=-c%20default_transaction_read_only%3Don");
+    let refused = Store::connect_postgres(&fenced, 2).await.unwrap_err();
+    assert!(refused.to_string().contains("accepts writes"), "{refused}");
+    // A URL asking for a standby is refused: the store writes.
+    let standby = format!("{listed}{separator}target_session_attrs=standby");
+    let refused = Store::connect_postgres(&standby, 2).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("needs the primary"),
+        "{refused}"
+    );
+}

@@ -242,14 +242,22 @@ impl Cluster {
     /// process it started.
     pub(crate) fn signal(&self, signal: &str, children: bool) -> anyhow::Result<()> {
         let pid = self.postmaster()?;
-        let mut pids = vec![pid.clone()];
+        // The children first (one may exit between the listing and the
+        // signal: not an error), then the postmaster, which must get it.
+        let kill = |pids: &[String]| {
+            std::process::Command::new("kill")
+                .arg(format!("-{signal}"))
+                .args(pids)
+                .stderr(Stdio::null())
+                .status()
+        };
         if children {
-            pids.extend(children_of(&pid));
+            let pids = children_of(&pid);
+            if !pids.is_empty() {
+                kill(&pids)?;
+            }
         }
-        let status = std::process::Command::new("kill")
-            .arg(format!("-{signal}"))
-            .args(&pids)
-            .status()?;
+        let status = kill(std::slice::from_ref(&pid))?;
         anyhow::ensure!(status.success(), "kill -{signal} {pid} failed");
         Ok(())
     }

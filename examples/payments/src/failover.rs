@@ -137,12 +137,12 @@ impl Outcome {
         let warned = if self.scenario.synchronous() { 0 } else { 2 };
         let clean = self.warned == warned
             && self.duplicates == 0
-            && self.transfers_duplicated == 0
             && self.stuck == 0
             && self.non_retryable == 0;
         if self.scenario.synchronous() {
             clean
                 && self.lost == 0
+                && self.transfers_duplicated == 0
                 && self.payouts_lost == 0
                 && self.repeated_recorded == 0
                 && self.reconciled == self.unknown
@@ -244,9 +244,10 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
     );
     tokio::time::sleep(settings.settle).await;
 
-    let fault_at = began.elapsed();
-    let fault = Instant::now();
+    // When the primary is fenced or dies.
+    let (fault_at, fault);
     if scenario == Scenario::Switchover {
+        (fault_at, fault) = (began.elapsed(), Instant::now());
         primary
             .execute("ALTER SYSTEM SET default_transaction_read_only = on")
             .await?;
@@ -261,6 +262,7 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
             standby.cut_off().await?;
             tokio::time::sleep(settings.lag).await;
         }
+        (fault_at, fault) = (began.elapsed(), Instant::now());
         primary.signal("KILL", true)?;
     }
     let promote_started = Instant::now();

@@ -141,7 +141,7 @@ fn state_of(value: &str) -> Result<KeyState, StoreError> {
 }
 
 macro_rules! impl_inspect {
-    ($db:ty, $has_tables:expr, $known:expr, $named:expr) => {
+    ($db:ty, $has_tables:expr, $known:expr, $named:expr, $snapshot:expr) => {
         impl Inspect for $db {
             fn schema(pool: &Pool<Self>) -> BoxFuture<'_, Result<Schema, StoreError>> {
                 Box::pin(async move {
@@ -174,8 +174,16 @@ macro_rules! impl_inspect {
             ) -> BoxFuture<'a, Result<Option<Inspected>, StoreError>> {
                 Box::pin(async move {
                     // One transaction per read: behind a transaction pooler,
-                    // an unnamed statement is only safe inside one.
+                    // an unnamed statement is only safe inside one. The
+                    // record and its steps are read from one snapshot: a
+                    // step's intent commits with the record's recovery point.
                     let mut tx = pool.begin().await?;
+                    if let Some(snapshot) = $snapshot {
+                        sqlx::query(snapshot)
+                            .persistent($named)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
                     let select = format!(
                         "SELECT {COLUMNS} FROM idem_keys WHERE scope = $1 AND idem_key = $2"
                     );
@@ -310,10 +318,17 @@ macro_rules! impl_inspect {
     };
 }
 
-impl_inspect!(Sqlite, SQLITE_HAS_TABLES, SQLITE_SCHEMA_VERSION, true);
+impl_inspect!(
+    Sqlite,
+    SQLITE_HAS_TABLES,
+    SQLITE_SCHEMA_VERSION,
+    true,
+    None::<&'static str>
+);
 impl_inspect!(
     Postgres,
     POSTGRES_HAS_TABLES,
     POSTGRES_SCHEMA_VERSION,
-    super::named_statements()
+    super::named_statements(),
+    Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 );
