@@ -37,8 +37,9 @@ use crate::load::{self, Kind, Load};
 /// when the primary goes.
 const TRANSFER_TAKES: Duration = Duration::from_millis(100);
 
-/// A transfer answered this long before the failover had its result
-/// recorded (the server commits it within milliseconds).
+/// A transfer answered this long before the standby fell behind had its
+/// result recorded and replicated (the server commits it within
+/// milliseconds).
 const RECORDED_WITHIN: Duration = Duration::from_millis(200);
 
 /// A way the primary goes away.
@@ -102,13 +103,12 @@ pub struct Outcome {
     /// key), and payouts with more than one.
     pub transfers: usize,
     pub transfers_duplicated: usize,
-    /// Calls the bank got again for a transfer it had made: for a call in
-    /// flight at the failover (its result could not be recorded: by
-    /// design, with the same key), and for one it had answered 200 ms or
-    /// more before (its recorded result was lost). A bank without
-    /// idempotency keys would have paid each twice.
-    pub repeated_in_flight: usize,
-    pub repeated_recorded: usize,
+    /// Calls the bank got again for a transfer it had made (a bank
+    /// without idempotency keys pays each twice), and how many of them
+    /// repeat a transfer answered 200 ms or more before the standby fell
+    /// behind, whose recorded result the standby had: none may.
+    pub repeated: usize,
+    pub repeated_replicated: usize,
     /// Answers from the failover on that told the caller not to retry.
     pub non_retryable: usize,
     /// `503` refusals from the failover on, and the slowest of them.
@@ -121,6 +121,10 @@ pub struct Outcome {
     /// promotion to it.
     pub recovery: Option<Duration>,
     pub after_promotion: Option<Duration>,
+    /// From the promotion to the first success of a probe sending one
+    /// keyed charge every 20 ms without retrying: the servers' own
+    /// recovery, without callers' backoff.
+    pub servers_back: Option<Duration>,
     /// How long `pg_ctl promote` took.
     pub promote: Duration,
     pub unknown: usize,
@@ -144,7 +148,7 @@ impl Outcome {
                 && self.lost == 0
                 && self.transfers_duplicated == 0
                 && self.payouts_lost == 0
-                && self.repeated_recorded == 0
+                && self.repeated_replicated == 0
                 && self.reconciled == self.unknown
         } else {
             // Asynchronous replication may lose; the table says how much.
@@ -233,6 +237,7 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
         servers.push(server);
     }
     let account = format!("acct-{:08x}", rand::random::<u32>());
+    let (probe_stop, probed) = probe(servers.iter().map(Server::listen).collect(), began);
     let charges = Load::start(Kind::Charge, &clients, settings.workers, &account, false, 0);
     let payouts = Load::start(
         Kind::Payout,
@@ -244,10 +249,11 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
     );
     tokio::time::sleep(settings.settle).await;
 
-    // When the primary is fenced or dies.
-    let (fault_at, fault);
+    // When the primary is fenced or dies, and when the standby fell
+    // behind (cut off, or the primary gone).
+    let (fault_at, behind);
     if scenario == Scenario::Switchover {
-        (fault_at, fault) = (began.elapsed(), Instant::now());
+        (fault_at, behind) = (began.elapsed(), Instant::now());
         primary
             .execute("ALTER SYSTEM SET default_transaction_read_only = on")
             .await?;
@@ -258,11 +264,12 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
     } else {
         // The link to the standby breaks for `lag`, then the primary
         // dies: the standby has what reached it before the break.
+        behind = Instant::now();
         if !settings.lag.is_zero() {
             standby.cut_off().await?;
             tokio::time::sleep(settings.lag).await;
         }
-        (fault_at, fault) = (began.elapsed(), Instant::now());
+        fault_at = began.elapsed();
         primary.signal("KILL", true)?;
     }
     let promote_started = Instant::now();
@@ -271,6 +278,7 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
     let promoted_at = began.elapsed();
 
     tokio::time::sleep(settings.settle).await;
+    probe_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut charged = charges.stop(0).await;
     let mut paid = payouts.stop(0).await;
     let unknown = charged.pending.len() + paid.pending.len();
@@ -280,7 +288,7 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let charges_counted = load::count_charges(&standby.url(), &account, &charged.acked).await?;
-    let payouts_counted = load::count_payouts(&standby.url(), &account, paid.acked.len()).await?;
+    let payouts_counted = load::count_payouts(&standby.url(), &account, &paid.acked).await?;
     for server in &mut servers {
         server.kill().await?;
     }
@@ -294,11 +302,11 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
             .and_modify(|(n, _)| *n += 1)
             .or_insert((1, answered));
     }
-    let recorded_before = fault.checked_sub(RECORDED_WITHIN).unwrap_or(fault);
-    let repeated = |recorded: bool| -> usize {
+    let replicated_before = behind.checked_sub(RECORDED_WITHIN).unwrap_or(behind);
+    let repeated = |only_replicated: bool| -> usize {
         per_key
             .values()
-            .filter(|(_, first)| (*first < recorded_before) == recorded)
+            .filter(|(_, first)| !only_replicated || *first < replicated_before)
             .map(|(n, _)| n - 1)
             .sum()
     };
@@ -325,13 +333,18 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
         stuck: charges_counted.stuck + payouts_counted.stuck,
         transfers: per_key.len(),
         transfers_duplicated: per_key.len().saturating_sub(paid.calls),
-        repeated_in_flight: repeated(false),
-        repeated_recorded: repeated(true),
+        repeated: repeated(false),
+        repeated_replicated: repeated(true),
         non_retryable: 0,
         refusals: 0,
         refusal_max: Duration::ZERO,
         recovery: None,
         after_promotion: None,
+        servers_back: probed
+            .await?
+            .into_iter()
+            .find(|&t| t > promoted_at)
+            .map(|t| t - promoted_at),
         promote,
         unknown,
         reconciled,
@@ -343,6 +356,54 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
     };
     summarize(&mut outcome, &answers, fault_at, promoted_at);
     Ok(outcome)
+}
+
+/// Sends one keyed charge every 20 ms, to each server in turn, without
+/// retrying, under an account of its own; returns when each succeeded
+/// (since `began`), once stopped.
+fn probe(
+    servers: Vec<std::net::SocketAddr>,
+    began: Instant,
+) -> (
+    Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<Vec<Duration>>,
+) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = Arc::clone(&stop);
+    let task = tokio::spawn(async move {
+        let http = idem_runtime::reqwest::Client::new();
+        let account = format!("probe-{:08x}", rand::random::<u32>());
+        let successes: Arc<std::sync::Mutex<Vec<Duration>>> = Arc::default();
+        let mut sent = tokio::task::JoinSet::new();
+        let mut n = 0_usize;
+        // One charge every 20 ms, each on its own: one that hangs does not
+        // hold back the next.
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            let request = http
+                .post(format!("http://{}/v1/charges", servers[n % servers.len()]))
+                .header("x-account-id", &account)
+                .header("idempotency-key", format!("probe-{n}"))
+                .json(&crate::demo::order_body(n))
+                .timeout(Duration::from_secs(2));
+            let successes = Arc::clone(&successes);
+            sent.spawn(async move {
+                if request.send().await.is_ok_and(|r| r.status().is_success()) {
+                    successes
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(began.elapsed());
+                }
+            });
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        while sent.join_next().await.is_some() {}
+        let mut successes =
+            std::mem::take(&mut *successes.lock().unwrap_or_else(PoisonError::into_inner));
+        successes.sort_unstable();
+        successes
+    });
+    (stop, task)
 }
 
 fn summarize(outcome: &mut Outcome, answers: &[Answer], fault_at: Duration, promoted_at: Duration) {
@@ -382,12 +443,12 @@ pub fn report(settings: &Settings, outcomes: &[Outcome]) -> String {
         settings.settle.as_secs()
     );
     out.push_str(
-        "| scenario | charges | lost | dup | payouts | lost | transfers | dup | repeated, in flight | repeated, recorded | stuck | non-retryable | 503s | slowest 503 ms | 25006 | promote ms | recovery ms | after promotion ms | unknown | settled | warned |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "| scenario | charges | lost | dup | payouts | lost | transfers | dup | repeated | of them replicated | stuck | non-retryable | 503s | slowest 503 ms | 25006 | promote ms | servers back ms | callers back ms | after promotion ms | unknown | settled | warned |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for o in outcomes {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/2 |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/2 |\n",
             o.scenario.name(),
             o.charges,
             o.lost,
@@ -396,14 +457,15 @@ pub fn report(settings: &Settings, outcomes: &[Outcome]) -> String {
             o.payouts_lost,
             o.transfers,
             o.transfers_duplicated,
-            o.repeated_in_flight,
-            o.repeated_recorded,
+            o.repeated,
+            o.repeated_replicated,
             o.stuck,
             o.non_retryable,
             o.refusals,
             ms(o.refusal_max),
             o.read_only,
             ms(o.promote),
+            o.servers_back.map_or("-".to_owned(), ms),
             o.recovery.map_or("-".to_owned(), ms),
             o.after_promotion.map_or("-".to_owned(), ms),
             o.unknown,
@@ -414,11 +476,14 @@ pub fn report(settings: &Settings, outcomes: &[Outcome]) -> String {
     out.push_str(
         "\nlost: acknowledged to the caller, missing on the promoted standby. transfers: distinct \
          transfer keys the bank took; dup: more transfers than payouts. repeated: calls the bank \
-         got again for a transfer it had made, in flight at the failover (its result could not \
-         be recorded; the same derived key, by design) or answered 200 ms or more before it (its \
-         recorded result was lost); a bank without idempotency keys pays each twice. 25006: \
-         answers refusing a write on a read-only host (retryable 503s). recovery: from the \
-         fault to the first success callers saw (their retries wait out Retry-After). warned: \
+         got again for a transfer it had made (a bank without idempotency keys pays each twice): \
+         with the same derived key when its result could not be recorded (in flight, or waiting \
+         for the standby), or lost with a record the standby lacked; of them replicated: \
+         repeats of a transfer answered 200 ms or more before the standby fell behind. 25006: \
+         answers refusing a write on a read-only host (retryable 503s). servers back: from the \
+         promotion to the first success of a probe charging every 20 ms without retrying. \
+         callers back: from the fault to the first success the workers saw (their retries wait \
+         out Retry-After), and from the promotion. warned: \
          servers that logged, at start, that a failover could lose acknowledged commits.\n",
     );
     out

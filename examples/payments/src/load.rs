@@ -2,7 +2,7 @@
 //! (each logical charge with its own key, optionally sent twice at once to
 //! two servers), workers paying out, and what it all left in the database.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -29,7 +29,7 @@ pub(crate) struct Load {
     next: Arc<AtomicUsize>,
     /// HTTP requests the calls made, duplicates included (not retries).
     sent: Arc<AtomicUsize>,
-    acked: Arc<Mutex<BTreeSet<usize>>>,
+    acked: Arc<Mutex<BTreeMap<usize, String>>>,
     pending: Arc<Mutex<Pending>>,
     workers: tokio::task::JoinSet<()>,
 }
@@ -39,8 +39,8 @@ pub(crate) struct Load {
 pub(crate) struct Done {
     pub(crate) calls: usize,
     pub(crate) sent: usize,
-    /// Calls whose caller got a success.
-    pub(crate) acked: BTreeSet<usize>,
+    /// Calls whose caller got a success, with their keys.
+    pub(crate) acked: BTreeMap<usize, String>,
     pub(crate) pending: Pending,
 }
 
@@ -142,7 +142,7 @@ impl Load {
                         acked
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner)
-                            .insert(n);
+                            .insert(n, key.as_str().to_owned());
                     } else {
                         pending
                             .lock()
@@ -190,7 +190,7 @@ pub(crate) async fn reconcile(
         let mut still = Vec::new();
         for (n, key) in pending {
             if call(client, kind, account, n, key.clone()).await {
-                done.acked.insert(n);
+                done.acked.insert(n, key.as_str().to_owned());
             } else {
                 still.push((n, key));
             }
@@ -221,7 +221,7 @@ pub(crate) struct Counted {
 pub(crate) async fn count_charges(
     url: &str,
     account: &str,
-    acked: &BTreeSet<usize>,
+    acked: &BTreeMap<usize, String>,
 ) -> anyhow::Result<Counted> {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
@@ -239,7 +239,7 @@ pub(crate) async fn count_charges(
         .map(|n| usize::try_from(n - 1).unwrap_or(0))
         .sum();
     let lost = acked
-        .iter()
+        .keys()
         .filter(|n| !present.contains_key(&order_body(**n).order_id))
         .count();
     let stuck = stuck(&pool, account).await?;
@@ -251,27 +251,28 @@ pub(crate) async fn count_charges(
     })
 }
 
-/// Counts the payouts of `account`: acknowledged ones without a complete
-/// record.
+/// Counts the payouts of `account`: acknowledged ones whose key has no
+/// complete record.
 pub(crate) async fn count_payouts(
     url: &str,
     account: &str,
-    acked: usize,
+    acked: &BTreeMap<usize, String>,
 ) -> anyhow::Result<Counted> {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect(url)
         .await?;
-    let (complete,): (i64,) =
-        sqlx::query_as("SELECT COUNT(*) FROM idem_keys WHERE scope = $1 AND state = 'complete'")
+    let complete: Vec<(String,)> =
+        sqlx::query_as("SELECT idem_key FROM idem_keys WHERE scope = $1 AND state = 'complete'")
             .bind(account)
-            .fetch_one(&pool)
+            .fetch_all(&pool)
             .await?;
+    let complete: HashSet<String> = complete.into_iter().map(|(k,)| k).collect();
     let stuck = stuck(&pool, account).await?;
     pool.close().await;
     Ok(Counted {
         duplicates: 0,
-        lost: acked.saturating_sub(usize::try_from(complete).unwrap_or(0)),
+        lost: acked.values().filter(|k| !complete.contains(*k)).count(),
         stuck,
     })
 }
