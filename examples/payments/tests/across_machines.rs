@@ -1,3 +1,8 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed setup step should abort the test"
+)]
 //! PostgreSQL across machines, short versions of `payments-demo pgbouncer`
 //! and `payments-demo failover`:
 //!
