@@ -11,7 +11,7 @@ mod support_server;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::{Postgres, Sqlite};
+use sqlx::{MySql, Postgres, Sqlite};
 
 use idem_runtime::server::{
     Backend, BoxFuture, KeyState, NewClaim, Rescheduled, StepRecord, StepStatus, Store, StoreError,
@@ -632,6 +632,7 @@ macro_rules! at_version_1 {
 
 at_version_1!(Sqlite, "../migrations/sqlite/0001_idempotency_keys.sql");
 at_version_1!(Postgres, "../migrations/postgres/0001_idempotency_keys.sql");
+at_version_1!(MySql, "../migrations/mysql/0001_idempotency_keys.sql");
 
 async fn a_version_1_store_upgrades_in_place<DB: AtVersion1>(store: Store<DB>) {
     DB::downgrade(&store).await;

@@ -22,6 +22,7 @@ use super::health::{Admit, Failure, Health, classify};
 
 mod backend;
 mod inspect;
+mod mysql;
 mod primary;
 mod records;
 mod replication;
@@ -241,6 +242,26 @@ impl Store<Sqlite> {
             .acquire_timeout(Duration::from_secs(30))
             .test_before_acquire(false)
             .connect_with(options)
+            .await?;
+        Ok(Store::new(pool))
+    }
+}
+
+impl Store<sqlx::MySql> {
+    /// Connects to MariaDB or MySQL (or one node of a Galera cluster) with
+    /// a pool of `max_connections`.
+    ///
+    /// The claim bounds its wait behind a concurrent claim of the same key
+    /// with `SET STATEMENT innodb_lock_wait_timeout` (MariaDB), in whole
+    /// seconds. On a Galera cluster, a claim that lost to one on another
+    /// node fails at `COMMIT` (error 1213), its effects rolled back, and is
+    /// answered `503` with `Retry-After`; the retry finds the winner's record.
+    pub async fn connect_mysql(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(10))
+            .test_before_acquire(false)
+            .connect(url)
             .await?;
         Ok(Store::new(pool))
     }

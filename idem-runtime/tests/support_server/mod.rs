@@ -9,7 +9,7 @@ use std::str::FromStr;
 use axum::Router;
 use idem_runtime::server::{Backend, BoxFuture, Store};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Postgres, Sqlite};
+use sqlx::{MySql, Postgres, Sqlite};
 
 /// Business-table access written once per engine.
 pub trait TestDb: Backend {
@@ -30,23 +30,23 @@ pub trait TestDb: Backend {
 }
 
 macro_rules! impl_test_db {
-    ($db:ty, $ddl:expr, $fault:expr, $unfault:expr) => {
+    ($db:ty, $ddl:expr, $fault:expr, $unfault:expr, $insert:expr, $state:expr, $age:expr) => {
         impl TestDb for $db {
             fn install_fault(store: &Store<Self>) -> BoxFuture<'_, ()> {
                 Box::pin(async move {
                     for sql in $fault {
-                        sqlx::query(sql).execute(store.pool()).await.unwrap();
+                        sqlx::raw_sql(sql).execute(store.pool()).await.unwrap();
                     }
                 })
             }
             fn remove_fault(store: &Store<Self>) -> BoxFuture<'_, ()> {
                 Box::pin(async move {
-                    sqlx::query($unfault).execute(store.pool()).await.unwrap();
+                    sqlx::raw_sql($unfault).execute(store.pool()).await.unwrap();
                 })
             }
             fn create_tables(store: &Store<Self>) -> BoxFuture<'_, ()> {
                 Box::pin(async move {
-                    sqlx::query($ddl).execute(store.pool()).await.unwrap();
+                    sqlx::raw_sql($ddl).execute(store.pool()).await.unwrap();
                 })
             }
             fn insert_order<'a>(
@@ -55,13 +55,11 @@ macro_rules! impl_test_db {
                 body: &'a str,
             ) -> BoxFuture<'a, Result<i64, sqlx::Error>> {
                 Box::pin(async move {
-                    sqlx::query_scalar(
-                        "INSERT INTO orders (scope, body) VALUES ($1, $2) RETURNING id",
-                    )
-                    .bind(scope)
-                    .bind(body)
-                    .fetch_one(&mut *conn)
-                    .await
+                    sqlx::query_scalar($insert)
+                        .bind(scope)
+                        .bind(body)
+                        .fetch_one(&mut *conn)
+                        .await
                 })
             }
             fn count_orders(store: &Store<Self>) -> BoxFuture<'_, i64> {
@@ -85,7 +83,7 @@ macro_rules! impl_test_db {
                 key: &'a str,
             ) -> BoxFuture<'a, Option<String>> {
                 Box::pin(async move {
-                    sqlx::query_scalar("SELECT state FROM idem_keys WHERE idem_key = $1")
+                    sqlx::query_scalar($state)
                         .bind(key)
                         .fetch_optional(store.pool())
                         .await
@@ -94,16 +92,14 @@ macro_rules! impl_test_db {
             }
             fn age_key<'a>(store: &'a Store<Self>, key: &'a str, ms: i64) -> BoxFuture<'a, ()> {
                 Box::pin(async move {
-                    sqlx::query(
-                        "UPDATE idem_keys SET created_at = created_at - $1, \
-                         locked_at = locked_at - $1, next_attempt_at = next_attempt_at - $1 \
-                         WHERE idem_key = $2",
-                    )
-                    .bind(ms)
-                    .bind(key)
-                    .execute(store.pool())
-                    .await
-                    .unwrap();
+                    sqlx::query($age)
+                        .bind(ms)
+                        .bind(ms)
+                        .bind(ms)
+                        .bind(key)
+                        .execute(store.pool())
+                        .await
+                        .unwrap();
                 })
             }
         }
@@ -116,7 +112,10 @@ impl_test_db!(
     ["CREATE TRIGGER idem_fault BEFORE UPDATE ON idem_keys \
          WHEN NEW.state = 'complete' AND NEW.idem_key LIKE 'fault%' \
          BEGIN SELECT RAISE(ABORT, 'injected fault'); END"],
-    "DROP TRIGGER idem_fault"
+    "DROP TRIGGER idem_fault",
+    INSERT_ORDER,
+    KEY_STATE,
+    AGE_KEY
 );
 impl_test_db!(
     Postgres,
@@ -127,8 +126,71 @@ impl_test_db!(
          RAISE EXCEPTION 'injected fault'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql",
         "CREATE TRIGGER idem_fault BEFORE UPDATE ON idem_keys FOR EACH ROW EXECUTE FUNCTION idem_fault()"
     ],
-    "DROP TRIGGER idem_fault ON idem_keys"
+    "DROP TRIGGER idem_fault ON idem_keys",
+    INSERT_ORDER,
+    KEY_STATE,
+    AGE_KEY
 );
+impl_test_db!(
+    MySql,
+    "CREATE TABLE IF NOT EXISTS orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, scope TEXT NOT NULL, body TEXT NOT NULL)",
+    [
+        "CREATE TRIGGER idem_fault BEFORE UPDATE ON idem_keys FOR EACH ROW BEGIN \
+         IF NEW.state = 'complete' AND NEW.idem_key LIKE 'fault%' THEN \
+         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected fault'; END IF; END"
+    ],
+    "DROP TRIGGER idem_fault",
+    "INSERT INTO orders (scope, body) VALUES (?, ?) RETURNING id",
+    "SELECT state FROM idem_keys WHERE idem_key = ?",
+    "UPDATE idem_keys SET created_at = created_at - ?, locked_at = locked_at - ?, \
+     next_attempt_at = next_attempt_at - ? WHERE idem_key = ?"
+);
+
+const INSERT_ORDER: &str = "INSERT INTO orders (scope, body) VALUES ($1, $2) RETURNING id";
+const KEY_STATE: &str = "SELECT state FROM idem_keys WHERE idem_key = $1";
+const AGE_KEY: &str = "UPDATE idem_keys SET created_at = created_at - $1, \
+     locked_at = locked_at - $2, next_attempt_at = next_attempt_at - $3 WHERE idem_key = $4";
+
+/// The MariaDB (or MySQL) URL, or `None` (and a note on stderr) when tests
+/// must skip.
+pub fn mysql_url(test: &str) -> Option<String> {
+    match std::env::var("IDEM_TEST_MYSQL_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped {test} on MariaDB: IDEM_TEST_MYSQL_URL is not set"
+            );
+            None
+        }
+    }
+}
+
+/// A migrated MariaDB store in a fresh database of the test server.
+pub async fn mysql(test: &str) -> Option<Store<MySql>> {
+    let url = mysql_url(test)?;
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let admin = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let server = url
+        .rsplit_once('/')
+        .map_or(url.as_str(), |(server, _)| server);
+    let store = Store::connect_mysql(&format!("{server}/{name}"), 20)
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    MySql::create_tables(&store).await;
+    Some(store)
+}
 
 /// A migrated SQLite store in a temporary directory (kept alive by the guard).
 pub async fn sqlite() -> (Store<Sqlite>, tempfile::TempDir) {
@@ -219,7 +281,7 @@ pub async fn serve(app: Router) -> SocketAddr {
     addr
 }
 
-/// Runs a generic test body against SQLite and (when configured) PostgreSQL.
+/// Runs a generic test body against SQLite and (when configured) PostgreSQL and MariaDB.
 #[macro_export]
 macro_rules! on_every_backend {
     ($name:ident) => {
@@ -235,6 +297,13 @@ macro_rules! on_every_backend {
                 if let Some(store) =
                     $crate::support_server::postgres(concat!(stringify!($name))).await
                 {
+                    super::$name(store).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn mariadb() {
+                if let Some(store) = $crate::support_server::mysql(stringify!($name)).await {
                     super::$name(store).await;
                 }
             }

@@ -360,6 +360,67 @@ where
     })
 }
 
+pub(super) fn step_from_row<R>(row: &R) -> Result<StepRecord, StoreError>
+where
+    R: Row,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+{
+    let status: String = row.try_get("status")?;
+    let status = match status.as_str() {
+        "intent" => StepStatus::Intent,
+        "done" => StepStatus::Done,
+        _ => {
+            return Err(StoreError::Corrupt {
+                what: "step status",
+                value: status,
+            });
+        }
+    };
+    Ok(StepRecord {
+        step: row.try_get("step")?,
+        status,
+        derived_key: row.try_get("derived_key")?,
+        output: row.try_get("output")?,
+    })
+}
+
+pub(super) fn exhausted_from_row<R>(row: &R) -> Result<ExhaustedRecord, StoreError>
+where
+    R: Row,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+{
+    Ok(ExhaustedRecord {
+        scope: row.try_get("scope")?,
+        key: row.try_get("idem_key")?,
+        operation: row.try_get("operation")?,
+        recovery_point: row.try_get("recovery_point")?,
+        attempts: row.try_get("attempts")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+pub(super) fn reaped_from_row<R>(row: &R) -> Result<ReapedRecord, StoreError>
+where
+    R: Row,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+{
+    let state: String = row.try_get("state")?;
+    Ok(ReapedRecord {
+        scope: row.try_get("scope")?,
+        key: row.try_get("idem_key")?,
+        state: KeyState::parse(&state)?,
+        operation: row.try_get("operation")?,
+        recovery_point: row.try_get("recovery_point")?,
+    })
+}
+
 fn now_for_migrations() -> i64 {
     crate::server::clock::now_ms()
 }
@@ -707,18 +768,7 @@ macro_rules! impl_backend {
                         .bind(limit)
                         .fetch_all(&mut *conn)
                         .await?;
-                    let mut records = Vec::with_capacity(rows.len());
-                    for row in rows {
-                        records.push(ExhaustedRecord {
-                            scope: row.try_get("scope")?,
-                            key: row.try_get("idem_key")?,
-                            operation: row.try_get("operation")?,
-                            recovery_point: row.try_get("recovery_point")?,
-                            attempts: row.try_get("attempts")?,
-                            created_at: row.try_get("created_at")?,
-                        });
-                    }
-                    Ok(records)
+                    rows.iter().map(exhausted_from_row).collect()
                 })
             }
 
@@ -804,27 +854,7 @@ macro_rules! impl_backend {
                         .bind(key)
                         .fetch_all(&mut *conn)
                         .await?;
-                    let mut steps = Vec::with_capacity(rows.len());
-                    for row in rows {
-                        let status: String = row.try_get("status")?;
-                        let status = match status.as_str() {
-                            "intent" => StepStatus::Intent,
-                            "done" => StepStatus::Done,
-                            _ => {
-                                return Err(StoreError::Corrupt {
-                                    what: "step status",
-                                    value: status,
-                                });
-                            }
-                        };
-                        steps.push(StepRecord {
-                            step: row.try_get("step")?,
-                            status,
-                            derived_key: row.try_get("derived_key")?,
-                            output: row.try_get("output")?,
-                        });
-                    }
-                    Ok(steps)
+                    rows.iter().map(step_from_row).collect()
                 })
             }
 
@@ -895,17 +925,10 @@ macro_rules! impl_backend {
                         .bind(created_before)
                         .fetch_all(&mut *conn)
                         .await?;
-                    let mut reaped = Vec::with_capacity(rows.len());
-                    for row in rows {
-                        let state: String = row.try_get("state")?;
-                        reaped.push(ReapedRecord {
-                            scope: row.try_get("scope")?,
-                            key: row.try_get("idem_key")?,
-                            state: KeyState::parse(&state)?,
-                            operation: row.try_get("operation")?,
-                            recovery_point: row.try_get("recovery_point")?,
-                        });
-                    }
+                    let reaped = rows
+                        .iter()
+                        .map(reaped_from_row)
+                        .collect::<Result<Vec<_>, _>>()?;
                     sqlx::query(REAP_STEPS)
                         .persistent($named)
                         .execute(&mut *conn)
