@@ -410,7 +410,8 @@ async fn plain_row(
 }
 
 /// Counts the effects in the database itself.
-/// The rows `sql` selects for one bound text (`$1`), on either store.
+/// The rows `sql` selects for one bound text (`$1`, which MariaDB reads
+/// as `?`), on any store.
 pub(crate) async fn fetch_for<T>(
     database_url: &str,
     sql: &str,
@@ -420,8 +421,17 @@ where
     T: Send + Unpin,
     T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
     T: for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
+    T: for<'r> sqlx::FromRow<'r, sqlx::mysql::MySqlRow>,
 {
-    if database_url.starts_with("postgres") {
+    if database_url.starts_with("mysql:") || database_url.starts_with("mariadb:") {
+        let url = database_url.replacen("mariadb:", "mysql:", 1);
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await?;
+        let sql = sql.replace("$1", "?");
+        Ok(sqlx::query_as(&sql).bind(bind).fetch_all(&pool).await?)
+    } else if database_url.starts_with("postgres") {
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(1)
             .connect(database_url)

@@ -10,7 +10,7 @@ use idem_runtime::server::support::Context;
 use idem_runtime::server::{
     Backend, Fault, HeaderScope, IdemTx, Idempotency, PhaseError, ResumePolicy, StepError, Store,
 };
-use idem_runtime::sqlx::{self, Pool, Postgres, Sqlite};
+use idem_runtime::sqlx::{self, MySql, Pool, Postgres, Sqlite};
 
 use crate::api::{
     Api, Charge, ChargeCurrency, ChargeStatus, CreateChargeInput, CreateChargeReply,
@@ -137,8 +137,35 @@ async fn bank_call(
         .map_err(|e| PhaseError::Transient(format!("bank reply lost: {e}")))
 }
 
+/// The service's statements, in one engine's placeholders.
+struct Statements {
+    insert: &'static str,
+    list: &'static str,
+    get: &'static str,
+}
+
+/// `$N` placeholders: SQLite and PostgreSQL.
+const NUMBERED: Statements = Statements {
+    insert: "INSERT INTO charges (account, order_id, amount, currency, description) \
+             VALUES ($1, $2, $3, $4, $5) RETURNING id",
+    list: "SELECT id, order_id, amount, currency, description FROM charges \
+           WHERE account = $1 AND order_id = COALESCE($2, order_id) ORDER BY id LIMIT $3",
+    get: "SELECT id, order_id, amount, currency, description FROM charges \
+          WHERE account = $1 AND id = $2",
+};
+
+/// `?` placeholders: MariaDB (which has `INSERT … RETURNING`) and MySQL.
+const POSITIONAL: Statements = Statements {
+    insert: "INSERT INTO charges (account, order_id, amount, currency, description) \
+             VALUES (?, ?, ?, ?, ?) RETURNING id",
+    list: "SELECT id, order_id, amount, currency, description FROM charges \
+           WHERE account = ? AND order_id = COALESCE(?, order_id) ORDER BY id LIMIT ?",
+    get: "SELECT id, order_id, amount, currency, description FROM charges \
+          WHERE account = ? AND id = ?",
+};
+
 macro_rules! payments_api {
-    ($db:ty) => {
+    ($db:ty, $sql:expr) => {
         impl Api<$db> for Payments<$db> {
             async fn create_charge(
                 &self,
@@ -155,8 +182,7 @@ macro_rules! payments_api {
                 // `Retry-After`, nothing committed, the key's claim rolled
                 // back with the write, so the retry with the key runs again.
                 let (id,): (i64,) = sqlx::query_as(
-                    "INSERT INTO charges (account, order_id, amount, currency, description) \
-                     VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                    $sql.insert,
                 )
                 .persistent(self.named)
                 .bind(&input.x_account_id)
@@ -188,8 +214,7 @@ macro_rules! payments_api {
                 // is safe only inside one.
                 let mut tx = self.pool.begin().await?;
                 let (id,): (i64,) = sqlx::query_as(
-                    "INSERT INTO charges (account, order_id, amount, currency, description) \
-                     VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                    $sql.insert,
                 )
                 .persistent(self.named)
                 .bind(&input.x_account_id)
@@ -218,8 +243,7 @@ macro_rules! payments_api {
                 let limit = i64::from(input.limit.unwrap_or(10_000).max(1));
                 let mut tx = self.pool.begin().await?;
                 let rows: Vec<Row> = sqlx::query_as(
-                    "SELECT id, order_id, amount, currency, description FROM charges \
-                     WHERE account = $1 AND ($2 IS NULL OR order_id = $2) ORDER BY id LIMIT $3",
+                    $sql.list,
                 )
                 .persistent(self.named)
                 .bind(&input.x_account_id)
@@ -238,8 +262,7 @@ macro_rules! payments_api {
             ) -> Result<GetChargeReply, Fault> {
                 let mut tx = self.pool.begin().await?;
                 let row: Option<Row> = sqlx::query_as(
-                    "SELECT id, order_id, amount, currency, description FROM charges \
-                     WHERE account = $1 AND id = $2",
+                    $sql.get,
                 )
                 .persistent(self.named)
                 .bind(&input.x_account_id)
@@ -299,8 +322,9 @@ macro_rules! payments_api {
     };
 }
 
-payments_api!(Sqlite);
-payments_api!(Postgres);
+payments_api!(Sqlite, NUMBERED);
+payments_api!(Postgres, NUMBERED);
+payments_api!(MySql, POSITIONAL);
 
 /// The application's own table, next to idem's.
 pub const SQLITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
@@ -311,6 +335,16 @@ pub const SQLITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
     currency TEXT NOT NULL,
     description TEXT
 )";
+
+pub const MYSQL_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
+    id BIGINT AUTO_INCREMENT PRIMARY KEY,
+    account VARCHAR(255) NOT NULL,
+    order_id VARCHAR(255) NOT NULL,
+    amount BIGINT NOT NULL,
+    currency VARCHAR(8) NOT NULL,
+    description TEXT,
+    KEY charges_account (account, order_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4";
 
 pub const POSTGRES_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
     id BIGSERIAL PRIMARY KEY,
@@ -357,6 +391,13 @@ pub async fn serve(
             .await?;
         tx.commit().await?;
         run(store, listen, bank, resume, behind_pooler).await
+    } else if database_url.starts_with("mysql:") || database_url.starts_with("mariadb:") {
+        let url = database_url.replacen("mariadb:", "mysql:", 1);
+        let store = Store::connect_mysql(&url, 16).await?;
+        // `CREATE TABLE IF NOT EXISTS` is atomic in MariaDB: servers
+        // starting together need no lock.
+        sqlx::raw_sql(MYSQL_SCHEMA).execute(store.pool()).await?;
+        run(store, listen, bank, resume, false).await
     } else {
         let store = Store::open_sqlite(database_url).await?;
         sqlx::query(SQLITE_SCHEMA).execute(store.pool()).await?;
