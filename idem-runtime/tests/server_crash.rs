@@ -8,7 +8,8 @@
 //! payment provider (a second HTTP server, in this process, counting calls),
 //! is killed with SIGKILL between phases, and is restarted.
 //!
-//! The binary is its own server: run with `IDEM_CRASH_CHILD=1` it serves the
+//! Runs on SQLite, and on PostgreSQL and MariaDB when their test URLs are
+//! set. The binary is its own server: run with `IDEM_CRASH_CHILD=1` it serves the
 //! checkout app instead of running the scenarios (`harness = false`).
 
 mod support_server;
@@ -30,7 +31,7 @@ use idem_runtime::server::{
     Run, StepError, Store,
 };
 use serde_json::{Value, json};
-use sqlx::{Postgres, Sqlite};
+use sqlx::{MySql, Postgres, Sqlite};
 use support_server::{TestDb, serve};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -150,6 +151,9 @@ async fn child_app<DB: TestDb>(store: Store<DB>) {
 
 async fn child() {
     let url = std::env::var("IDEM_CRASH_DB").unwrap();
+    if url.starts_with("mysql:") {
+        return child_app::<MySql>(Store::connect_mysql(&url, 5).await.unwrap()).await;
+    }
     match std::env::var("IDEM_CRASH_SCHEMA") {
         Ok(schema) => {
             child_app::<Postgres>(support_server::postgres_in_schema(&url, &schema, 5).await).await
@@ -446,6 +450,11 @@ fn main() {
             };
             scenarios(store, db).await;
             println!("crash gate on PostgreSQL: ok");
+        }
+        // Without IDEM_TEST_MYSQL_URL, mysql_with_url says it skipped.
+        if let Some((store, url)) = support_server::mysql_with_url("crash gate").await {
+            scenarios(store, Db { url, schema: None }).await;
+            println!("crash gate on MariaDB: ok");
         }
     });
 }

@@ -169,6 +169,12 @@ pub fn mysql_url(test: &str) -> Option<String> {
 
 /// A migrated MariaDB store in a fresh database of the test server.
 pub async fn mysql(test: &str) -> Option<Store<MySql>> {
+    mysql_with_url(test).await.map(|(store, _)| store)
+}
+
+/// Like [`mysql`], also giving the fresh database's URL (for another
+/// process to join).
+pub async fn mysql_with_url(test: &str) -> Option<(Store<MySql>, String)> {
     let url = mysql_url(test)?;
     let name = format!("t_{}", uuid::Uuid::new_v4().simple());
     let admin = sqlx::mysql::MySqlPoolOptions::new()
@@ -184,12 +190,11 @@ pub async fn mysql(test: &str) -> Option<Store<MySql>> {
     let server = url
         .rsplit_once('/')
         .map_or(url.as_str(), |(server, _)| server);
-    let store = Store::connect_mysql(&format!("{server}/{name}"), 20)
-        .await
-        .unwrap();
+    let url = format!("{server}/{name}");
+    let store = Store::connect_mysql(&url, 20).await.unwrap();
     store.migrate().await.unwrap();
     MySql::create_tables(&store).await;
-    Some(store)
+    Some((store, url))
 }
 
 /// A migrated SQLite store in a temporary directory (kept alive by the guard).
