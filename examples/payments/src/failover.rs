@@ -238,13 +238,13 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
     }
     let account = format!("acct-{:08x}", rand::random::<u32>());
     let (probe_stop, probed) = probe(servers.iter().map(Server::listen).collect(), began);
-    let charges = Load::start(Kind::Charge, &clients, settings.workers, &account, false, 0);
+    let charges = Load::start(Kind::Charge, &clients, settings.workers, &account, 1, 0);
     let payouts = Load::start(
         Kind::Payout,
         &clients,
         settings.payout_workers,
         &account,
-        false,
+        1,
         0,
     );
     tokio::time::sleep(settings.settle).await;

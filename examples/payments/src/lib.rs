@@ -16,6 +16,7 @@ mod cluster;
 pub mod demo;
 pub mod failover;
 pub mod faults;
+pub mod galera;
 mod load;
 pub mod outage;
 pub mod pgbouncer;

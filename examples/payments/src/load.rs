@@ -8,10 +8,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use idem_runtime::client::IdempotencyKey;
-use idem_runtime::sqlx;
 
 use crate::api::{Client, CreateChargeParams, CreatePayoutParams, NewPayout};
-use crate::demo::order_body;
+use crate::demo::{fetch_for, order_body};
 
 /// What a kind of call is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,15 +90,15 @@ pub(crate) async fn call(
 
 impl Load {
     /// `workers` workers spread over `clients`, each making one call at a
-    /// time with a fresh key; with `twice`, each call goes to two servers at
-    /// once with the same key, and counts as acknowledged when either
-    /// answered with a success. Payouts number from `first`.
+    /// time with a fresh key; each call is sent `copies` times at once with
+    /// that key, spread over the servers, and counts as acknowledged when
+    /// any copy answered with a success. Calls number from `first`.
     pub(crate) fn start(
         kind: Kind,
         clients: &[Client],
         workers: usize,
         account: &str,
-        twice: bool,
+        copies: usize,
         first: usize,
     ) -> Load {
         let mut load = Load {
@@ -111,8 +110,9 @@ impl Load {
             workers: tokio::task::JoinSet::new(),
         };
         for w in 0..workers {
-            let one = clients[w % clients.len()].clone();
-            let other = clients[(w + 1) % clients.len()].clone();
+            let spread: Vec<Client> = (0..copies.max(1))
+                .map(|c| clients[(w + c) % clients.len()].clone())
+                .collect();
             let (stop, next, sent) = (
                 Arc::clone(&load.stop),
                 Arc::clone(&load.next),
@@ -127,17 +127,16 @@ impl Load {
                 while !stop.load(Ordering::Relaxed) {
                     let n = next.fetch_add(1, Ordering::Relaxed);
                     let key = IdempotencyKey::new_v4();
-                    let ok = if twice {
-                        sent.fetch_add(2, Ordering::Relaxed);
-                        let (a, b) = tokio::join!(
-                            call(&one, kind, &account, n, key.clone()),
-                            call(&other, kind, &account, n, key.clone())
-                        );
-                        a || b
-                    } else {
-                        sent.fetch_add(1, Ordering::Relaxed);
-                        call(&one, kind, &account, n, key.clone()).await
-                    };
+                    sent.fetch_add(spread.len(), Ordering::Relaxed);
+                    let mut answers = tokio::task::JoinSet::new();
+                    for client in &spread {
+                        let (client, account, key) = (client.clone(), account.clone(), key.clone());
+                        answers.spawn(async move { call(&client, kind, &account, n, key).await });
+                    }
+                    let mut ok = false;
+                    while let Some(answer) = answers.join_next().await {
+                        ok |= answer.unwrap_or(false);
+                    }
                     if ok {
                         acked
                             .lock()
@@ -217,21 +216,18 @@ pub(crate) struct Counted {
     pub(crate) stuck: usize,
 }
 
-/// Counts the charges of `account` against the orders acknowledged.
+/// Counts the charges of `account` against the orders acknowledged, on
+/// PostgreSQL or MariaDB.
 pub(crate) async fn count_charges(
     url: &str,
     account: &str,
     acked: &BTreeMap<usize, String>,
 ) -> anyhow::Result<Counted> {
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(url)
-        .await?;
-    let per_order: Vec<(String, i64)> = sqlx::query_as(
+    let per_order: Vec<(String, i64)> = fetch_for(
+        url,
         "SELECT order_id, COUNT(*) FROM charges WHERE account = $1 GROUP BY order_id",
+        account,
     )
-    .bind(account)
-    .fetch_all(&pool)
     .await?;
     let present: HashMap<String, i64> = per_order.into_iter().collect();
     let duplicates = present
@@ -242,13 +238,21 @@ pub(crate) async fn count_charges(
         .keys()
         .filter(|n| !present.contains_key(&order_body(**n).order_id))
         .count();
-    let stuck = stuck(&pool, account).await?;
-    pool.close().await;
     Ok(Counted {
         duplicates,
         lost,
-        stuck,
+        stuck: stuck(url, account).await?,
     })
+}
+
+/// `idem_key`, as text on every engine (MariaDB reports its byte-compared
+/// column as binary).
+fn key_column(url: &str) -> &'static str {
+    if url.starts_with("mysql:") {
+        "CONVERT(idem_key USING utf8mb4)"
+    } else {
+        "idem_key"
+    }
 }
 
 /// Counts the payouts of `account`: acknowledged ones whose key has no
@@ -258,30 +262,31 @@ pub(crate) async fn count_payouts(
     account: &str,
     acked: &BTreeMap<usize, String>,
 ) -> anyhow::Result<Counted> {
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(url)
-        .await?;
-    let complete: Vec<(String,)> =
-        sqlx::query_as("SELECT idem_key FROM idem_keys WHERE scope = $1 AND state = 'complete'")
-            .bind(account)
-            .fetch_all(&pool)
-            .await?;
+    let complete: Vec<(String,)> = fetch_for(
+        url,
+        &format!(
+            "SELECT {} FROM idem_keys WHERE scope = $1 AND state = 'complete'",
+            key_column(url)
+        ),
+        account,
+    )
+    .await?;
     let complete: HashSet<String> = complete.into_iter().map(|(k,)| k).collect();
-    let stuck = stuck(&pool, account).await?;
-    pool.close().await;
     Ok(Counted {
         duplicates: 0,
         lost: acked.values().filter(|k| !complete.contains(*k)).count(),
-        stuck,
+        stuck: stuck(url, account).await?,
     })
 }
 
-async fn stuck(pool: &sqlx::PgPool, account: &str) -> anyhow::Result<usize> {
-    let (stuck,): (i64,) =
-        sqlx::query_as("SELECT COUNT(*) FROM idem_keys WHERE scope = $1 AND state = 'in_flight'")
-            .bind(account)
-            .fetch_one(pool)
-            .await?;
-    Ok(usize::try_from(stuck).unwrap_or(0))
+async fn stuck(url: &str, account: &str) -> anyhow::Result<usize> {
+    let counted: Vec<(i64,)> = fetch_for(
+        url,
+        "SELECT COUNT(*) FROM idem_keys WHERE scope = $1 AND state = 'in_flight'",
+        account,
+    )
+    .await?;
+    Ok(counted
+        .first()
+        .map_or(0, |(n,)| usize::try_from(*n).unwrap_or(0)))
 }

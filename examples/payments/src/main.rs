@@ -122,6 +122,29 @@ enum Command {
         #[arg(long)]
         pgbouncer: Option<std::path::PathBuf>,
     },
+    /// A three-node MariaDB Galera cluster on loopback, one server per node:
+    /// concurrent duplicates over three nodes, a node killed under load,
+    /// payouts with their node killed between phases.
+    Galera {
+        /// The scenarios (default: all, in order).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        only: Vec<payments_demo::galera::Scenario>,
+        /// Workers, each making one call at a time.
+        #[arg(long, default_value_t = 12)]
+        workers: usize,
+        /// Copies of each charge, sent at once over the three servers.
+        #[arg(long, default_value_t = 20)]
+        copies: usize,
+        /// Seconds of load per scenario (before and after a fault, each).
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// mariadbd; /usr/sbin/mariadbd or PATH when not given.
+        #[arg(long)]
+        mariadbd: Option<std::path::PathBuf>,
+        /// The Galera provider; /usr/lib/galera/libgalera_smm.so when not given.
+        #[arg(long)]
+        galera: Option<std::path::PathBuf>,
+    },
     /// Serve the generated payments API (what the demo starts and kills).
     Serve {
         #[arg(long)]
@@ -323,6 +346,44 @@ async fn main() -> ExitCode {
                 Ok(outcome) => {
                     print!("{}", payments_demo::pgbouncer::report(&settings, &outcome));
                     Ok(outcome.holds())
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Some(Command::Galera {
+            only,
+            workers,
+            copies,
+            seconds,
+            mariadbd,
+            galera,
+        }) => {
+            let (Some(mariadbd), Some(provider)) = (
+                mariadbd.or_else(payments_demo::galera::find_mariadbd),
+                galera.or_else(payments_demo::galera::find_galera),
+            ) else {
+                eprintln!(
+                    "error: no mariadbd or Galera provider found: install them (Debian: \
+                     apt-get install mariadb-server galera-4 rsync) or pass --mariadbd and --galera"
+                );
+                return ExitCode::from(2);
+            };
+            let settings = payments_demo::galera::Settings {
+                scenarios: if only.is_empty() {
+                    payments_demo::galera::Scenario::ALL.to_vec()
+                } else {
+                    only
+                },
+                workers,
+                copies,
+                seconds,
+                mariadbd,
+                provider,
+            };
+            match payments_demo::galera::run(&settings).await {
+                Ok(outcomes) => {
+                    print!("{}", payments_demo::galera::report(&settings, &outcomes));
+                    Ok(outcomes.iter().all(payments_demo::galera::Outcome::holds))
                 }
                 Err(e) => Err(e),
             }

@@ -349,7 +349,7 @@ async fn row(
     }
     let account = format!("acct-{:08x}", rand::random::<u32>());
     let started = Instant::now();
-    let charges = Load::start(Kind::Charge, &clients, settings.workers, &account, true, 0);
+    let charges = Load::start(Kind::Charge, &clients, settings.workers, &account, 2, 0);
     let whole = Duration::from_secs(settings.seconds);
     let mut restarted = None;
     if let Some(bouncer) = restart {

@@ -173,6 +173,7 @@ fn unavailable(policy: &Policy) -> impl Fn(StoreError) -> IdempotencyError + '_ 
         let retry_after = match &source {
             StoreError::NoConnection { .. } => Duration::from_secs(1),
             StoreError::Down { down_for } => super::health::down_retry_after(*down_for),
+            e if e.is_serialization_failure() => Duration::ZERO,
             _ => policy.retry_after,
         };
         IdempotencyError::StoreUnavailable {

@@ -55,6 +55,18 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// A transaction aborted by the database to keep transactions
+    /// serializable (SQLSTATE `40001`: PostgreSQL's serialization failure,
+    /// MySQL's deadlock, a Galera certification conflict at `COMMIT`).
+    /// Nothing of it was written, and the transaction it lost to has
+    /// committed: the retry may come at once.
+    pub fn is_serialization_failure(&self) -> bool {
+        matches!(self, StoreError::Database(sqlx::Error::Database(db))
+            if db.code().as_deref() == Some("40001"))
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         // A read-only answer tells a store with a host list that its
@@ -481,7 +493,13 @@ pub(crate) fn error_response(
     let mut response = (status, axum::Json(body)).into_response();
     if let Some(after) = retry_after {
         // Rounded up: a retry sent after `Retry-After` must not be early.
-        let secs = after.as_millis().div_ceil(1000).max(1);
+        // Zero stays zero: "retry now" (a serialization failure, whose
+        // winner has committed).
+        let secs = if after.is_zero() {
+            0
+        } else {
+            after.as_millis().div_ceil(1000).max(1)
+        };
         if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
             response.headers_mut().insert(header::RETRY_AFTER, value);
         }

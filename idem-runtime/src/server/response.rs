@@ -310,9 +310,16 @@ impl std::error::Error for Fault {
 impl IntoResponse for Fault {
     fn into_response(self) -> Response {
         tracing::warn!(error = %self.source, "database fault inside an operation; answered 503, nothing recorded");
+        // A serialization failure lost to a transaction that committed:
+        // the retry may come at once.
+        let retry_after = if self.source.is_serialization_failure() {
+            std::time::Duration::ZERO
+        } else {
+            Fault::RETRY_AFTER
+        };
         let error = super::error::IdempotencyError::StoreUnavailable {
             source: self.source,
-            retry_after: Fault::RETRY_AFTER,
+            retry_after,
         };
         // Rendered without the store's own log line: logged once, above.
         let mut response = super::error::error_response(
@@ -320,7 +327,7 @@ impl IntoResponse for Fault {
             error.code(),
             &error.to_string(),
             true,
-            Some(Fault::RETRY_AFTER),
+            Some(retry_after),
         );
         response.extensions_mut().insert(Unrecorded);
         super::outcome::marked(response, super::outcome::Outcome::StoreUnavailable)
