@@ -311,6 +311,8 @@ async fn cluster(settings: &Settings) -> anyhow::Result<Vec<Node>> {
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
     pub scenario: Option<Scenario>,
+    /// What the row ran.
+    pub label: String,
     /// `Galera, 3 nodes` or `MariaDB alone`.
     pub setup: &'static str,
     pub calls: usize,
@@ -419,37 +421,52 @@ impl Servers {
 pub async fn run(settings: &Settings) -> anyhow::Result<Vec<Outcome>> {
     let mut outcomes = Vec::new();
     if settings.scenarios.contains(&Scenario::Duplicates) {
-        eprintln!("galera: the duplicates load on MariaDB alone…");
+        eprintln!("galera: the same load on MariaDB alone…");
         let mut alone = Node::new(&settings.mariadbd, Vec::new()).await?;
         alone.start(&[]).await?;
         provision(&alone).await?;
-        let url = alone.url();
-        outcomes
-            .push(duplicates(settings, &[url.clone(), url.clone(), url], "MariaDB alone").await?);
+        let urls = vec![alone.url(); 3];
+        for copies in [1, settings.copies] {
+            outcomes.push(charges(settings, &urls, copies, "MariaDB alone").await?);
+        }
     }
     for &scenario in &settings.scenarios {
         eprintln!("galera: {}…", scenario.name());
         let mut nodes = cluster(settings).await?;
-        let outcome = match scenario {
+        let urls: Vec<String> = nodes.iter().map(Node::url).collect();
+        let done = match scenario {
             Scenario::Duplicates => {
-                let urls: Vec<String> = nodes.iter().map(Node::url).collect();
-                duplicates(settings, &urls, "Galera, 3 nodes").await
+                let mut both = Vec::new();
+                for copies in [1, settings.copies] {
+                    both.push(charges(settings, &urls, copies, "Galera, 3 nodes").await?);
+                }
+                Ok(both)
             }
-            Scenario::NodeKilled => node_killed(settings, &mut nodes).await,
-            Scenario::Payouts => payouts(settings, &mut nodes).await,
+            Scenario::NodeKilled => node_killed(settings, &mut nodes).await.map(|o| vec![o]),
+            Scenario::Payouts => payouts(settings, &mut nodes).await.map(|o| vec![o]),
         }
         .with_context(|| format!("the `{}` scenario", scenario.name()))?;
-        outcomes.push(Outcome {
-            scenario: Some(scenario),
-            ..outcome
-        });
+        for outcome in done {
+            outcomes.push(Outcome {
+                scenario: Some(scenario),
+                label: if outcome.label.is_empty() {
+                    scenario.name().to_owned()
+                } else {
+                    outcome.label.clone()
+                },
+                ..outcome
+            });
+        }
     }
     Ok(outcomes)
 }
 
-async fn duplicates(
+/// Keyed charges over the servers at `urls`, each sent `copies` times at
+/// once with its key.
+async fn charges(
     settings: &Settings,
     urls: &[String],
+    copies: usize,
     setup: &'static str,
 ) -> anyhow::Result<Outcome> {
     let bank = Bank::start().await?;
@@ -461,7 +478,7 @@ async fn duplicates(
         &servers.clients,
         settings.workers,
         &account,
-        settings.copies,
+        copies,
         0,
     );
     tokio::time::sleep(Duration::from_secs(settings.seconds)).await;
@@ -472,6 +489,11 @@ async fn duplicates(
     let counted = load::count_charges(&urls[0], &account, &done.acked).await?;
     let mut outcome = Outcome {
         scenario: Some(Scenario::Duplicates),
+        label: if copies == 1 {
+            "one copy of each charge".to_owned()
+        } else {
+            format!("{copies} copies of each charge over 3 servers")
+        },
         setup,
         calls: done.calls,
         requests: done.sent,
@@ -604,7 +626,7 @@ pub fn report(settings: &Settings, outcomes: &[Outcome]) -> String {
             });
         out.push_str(&format!(
             "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {transfers} | {twice} | {} | {} | {} | {} | {} |\n",
-            o.scenario.map_or("", Scenario::name),
+            o.label,
             o.setup,
             o.calls,
             o.requests,
