@@ -22,7 +22,7 @@ use std::time::Duration;
 use idem_runtime::client::{Backoff, BudgetConfig, RetryBudget, RetryClient, RetryPolicy};
 use idem_runtime::server::support::Context;
 use idem_runtime::server::{Fault, IdemTx};
-use idem_runtime::sqlx::Sqlite;
+use idem_runtime::sqlx::{MySql, Sqlite};
 
 /// The server, client and types generated from `fixtures/chain.yaml`.
 pub mod api {
@@ -73,9 +73,10 @@ pub fn retry_client(mode: Mode, budget_retries: u32) -> RetryClient {
     }
 }
 
-/// One layer: the next layer's client, or none at the bottom.
+/// One layer: the next layer's client, or none at the bottom; its key
+/// store on `DB` (SQLite by default, MariaDB with a `mysql://` URL).
 #[derive(Debug)]
-pub struct Layer {
+pub struct Layer<DB: idem_runtime::sqlx::Database = Sqlite> {
     pub depth: i32,
     pub next: Option<api::Client>,
     pub mode: Mode,
@@ -83,7 +84,21 @@ pub struct Layer {
     pub calls: AtomicI64,
     /// The bottom's database: `None` while it is down; up, `doWork` takes
     /// `slow` and then writes a row in the key's transaction.
-    pub database: Option<idem_runtime::sqlx::SqlitePool>,
+    pub database: Option<idem_runtime::sqlx::Pool<DB>>,
+}
+
+impl Layer {
+    /// The same layer, its store (and the bottom's table) on `DB`.
+    fn on<DB: idem_runtime::sqlx::Database>(self) -> Layer<DB> {
+        Layer {
+            depth: self.depth,
+            next: self.next,
+            mode: self.mode,
+            slow: self.slow,
+            calls: self.calls,
+            database: None,
+        }
+    }
 }
 
 fn unavailable(message: String) -> DoWorkReply {
@@ -99,96 +114,124 @@ fn unavailable(message: String) -> DoWorkReply {
     .unrecorded()
 }
 
-impl Api<Sqlite> for Layer {
-    async fn do_work(
-        &self,
-        _cx: Context,
-        mut tx: IdemTx<Sqlite>,
-        input: DoWorkInput,
-    ) -> Result<DoWorkReply, Fault> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        let Some(next) = &self.next else {
-            if self.database.is_none() {
-                return Ok(unavailable("the database is down".into()));
+macro_rules! layer_api {
+    ($db:ty, $insert:literal) => {
+        impl Api<$db> for Layer<$db> {
+            async fn do_work(
+                &self,
+                _cx: Context,
+                mut tx: IdemTx<$db>,
+                input: DoWorkInput,
+            ) -> Result<DoWorkReply, Fault> {
+                self.calls.fetch_add(1, Ordering::Relaxed);
+                let Some(next) = &self.next else {
+                    if self.database.is_none() {
+                        return Ok(unavailable("the database is down".into()));
+                    }
+                    tokio::time::sleep(self.slow).await;
+                    // A database fault is the protocol's 503, unrecorded.
+                    idem_runtime::sqlx::query($insert)
+                        .bind(&input.body.id)
+                        .execute(&mut *tx)
+                        .await?;
+                    return Ok(DoWorkReply::Created(Work {
+                        id: input.body.id,
+                        layer: Some(self.depth),
+                    }));
+                };
+                let params = DoWorkParams {
+                    x_caller: input.x_caller.clone(),
+                };
+                let result = match self.mode {
+                    // Inside the request: an inner hop.
+                    Mode::Idem => next.work().do_work(&params, &input.body).send().await,
+                    // A task spawned without the request's context: the client
+                    // retries as if it were the top layer.
+                    Mode::Retry | Mode::Budget => {
+                        let (next, body) = (next.clone(), input.body.clone());
+                        match tokio::spawn(async move {
+                            next.work().do_work(&params, &body).send().await
+                        })
+                        .await
+                        {
+                            Ok(result) => result,
+                            Err(e) => return Ok(unavailable(e.to_string())),
+                        }
+                    }
+                };
+                Ok(match result {
+                    Ok(work) => DoWorkReply::Created(Work {
+                        id: work.id,
+                        layer: Some(self.depth),
+                    }),
+                    Err(e) => unavailable(format!("layer {} below failed: {e}", self.depth + 1)),
+                })
             }
-            tokio::time::sleep(self.slow).await;
-            // A database fault is the protocol's 503, unrecorded.
-            idem_runtime::sqlx::query("INSERT INTO work (id) VALUES ($1)")
-                .bind(&input.body.id)
-                .execute(&mut *tx)
-                .await?;
-            return Ok(DoWorkReply::Created(Work {
-                id: input.body.id,
-                layer: Some(self.depth),
-            }));
-        };
-        let params = DoWorkParams {
-            x_caller: input.x_caller.clone(),
-        };
-        let result = match self.mode {
-            // Inside the request: an inner hop.
-            Mode::Idem => next.work().do_work(&params, &input.body).send().await,
-            // A task spawned without the request's context: the client
-            // retries as if it were the top layer.
-            Mode::Retry | Mode::Budget => {
-                let (next, body) = (next.clone(), input.body.clone());
-                match tokio::spawn(async move { next.work().do_work(&params, &body).send().await })
-                    .await
-                {
-                    Ok(result) => result,
-                    Err(e) => return Ok(unavailable(e.to_string())),
-                }
-            }
-        };
-        Ok(match result {
-            Ok(work) => DoWorkReply::Created(Work {
-                id: work.id,
-                layer: Some(self.depth),
-            }),
-            Err(e) => unavailable(format!("layer {} below failed: {e}", self.depth + 1)),
-        })
-    }
 
-    async fn slow(&self, _cx: Context) -> Result<SlowReply, Fault> {
-        tokio::time::sleep(self.slow).await;
-        Ok(SlowReply::Ok(Work {
-            id: "slow".into(),
-            layer: Some(self.depth),
-        }))
-    }
-
-    async fn stats(&self, _cx: Context) -> Result<StatsReply, Fault> {
-        let effects = match &self.database {
-            Some(pool) => {
-                idem_runtime::sqlx::query_scalar("SELECT COUNT(*) FROM work")
-                    .fetch_one(pool)
-                    .await?
+            async fn slow(&self, _cx: Context) -> Result<SlowReply, Fault> {
+                tokio::time::sleep(self.slow).await;
+                Ok(SlowReply::Ok(Work {
+                    id: "slow".into(),
+                    layer: Some(self.depth),
+                }))
             }
-            None => 0,
-        };
-        Ok(StatsReply::Ok(Stats {
-            calls: self.calls.load(Ordering::Relaxed),
-            effects,
-        }))
-    }
+
+            async fn stats(&self, _cx: Context) -> Result<StatsReply, Fault> {
+                let effects = match &self.database {
+                    Some(pool) => {
+                        idem_runtime::sqlx::query_scalar("SELECT COUNT(*) FROM work")
+                            .fetch_one(pool)
+                            .await?
+                    }
+                    None => 0,
+                };
+                Ok(StatsReply::Ok(Stats {
+                    calls: self.calls.load(Ordering::Relaxed),
+                    effects,
+                }))
+            }
+        }
+    };
 }
 
-/// Serves `layer` on `listen` over an embedded SQLite key store; with
-/// `database_up`, the bottom's own table lives in the same file. The port is
+layer_api!(Sqlite, "INSERT INTO work (id) VALUES ($1)");
+layer_api!(MySql, "INSERT INTO work (id) VALUES (?)");
+
+/// Serves `layer` on `listen` over an embedded SQLite key store, or a
+/// MariaDB one with a `mysql://` URL; with `database_up`, the bottom's own
+/// table lives in the same database. The port is
 /// bound once the store is ready, and the address bound (port `0` picks one)
 /// is printed as `listening on ADDR`: whoever started the process reads it
 /// there rather than guessing a free port that another socket could take.
 pub async fn serve(
-    mut layer: Layer,
+    layer: Layer,
     listen: std::net::SocketAddr,
     database_url: &str,
     database_up: bool,
 ) -> anyhow::Result<()> {
-    use idem_runtime::server::{HeaderScope, Idempotency, Store};
+    use idem_runtime::server::Store;
+    if database_url.starts_with("mysql:") {
+        let store = Store::connect_mysql(database_url, 16).await?;
+        return serve_on(layer.on(), store, listen, database_up).await;
+    }
     let store = Store::open_sqlite(database_url).await?;
+    serve_on(layer, store, listen, database_up).await
+}
+
+async fn serve_on<DB: idem_runtime::server::Backend>(
+    mut layer: Layer<DB>,
+    store: idem_runtime::server::Store<DB>,
+    listen: std::net::SocketAddr,
+    database_up: bool,
+) -> anyhow::Result<()>
+where
+    Layer<DB>: Api<DB>,
+    for<'c> &'c idem_runtime::sqlx::Pool<DB>: idem_runtime::sqlx::Executor<'c, Database = DB>,
+{
+    use idem_runtime::server::{HeaderScope, Idempotency};
     store.migrate().await?;
     if database_up {
-        idem_runtime::sqlx::query("CREATE TABLE IF NOT EXISTS work (id TEXT NOT NULL)")
+        idem_runtime::sqlx::raw_sql("CREATE TABLE IF NOT EXISTS work (id TEXT NOT NULL)")
             .execute(store.pool())
             .await?;
         layer.database = Some(store.pool().clone());
