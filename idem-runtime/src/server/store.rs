@@ -21,12 +21,15 @@ use super::gate::KeyGate;
 use super::health::{Admit, Failure, Health, classify};
 
 mod backend;
+#[macro_use]
+mod sql;
 mod inspect;
 mod mysql;
+mod postgres;
 mod primary;
 mod records;
 mod replication;
-mod sql;
+mod sqlite;
 
 pub use backend::Backend;
 pub use inspect::{Inspect, Inspected, KeyStats, ListFilter, Schema};

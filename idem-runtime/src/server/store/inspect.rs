@@ -7,8 +7,10 @@ use sqlx::{Pool, Sqlite};
 use crate::server::error::StoreError;
 
 use super::backend::Backend;
+use super::postgres::POSTGRES_SCHEMA_VERSION;
 use super::records::{BoxFuture, KeyRecord, KeyState, StepRecord, StepStatus};
-use super::sql::{POSTGRES_SCHEMA_VERSION, SQLITE_SCHEMA_VERSION, record_from_row};
+use super::sql::record_from_row;
+use super::sqlite::SQLITE_SCHEMA_VERSION;
 
 /// One record, whole: the key row and its phase steps.
 #[derive(Debug, Clone)]

@@ -1,19 +1,18 @@
-//! The statements and migrations, written once in the dialect SQLite and
-//! PostgreSQL both accept, and the [`Backend`] implementation of each engine
-//! that instantiates them on concrete sqlx types.
+//! The statements SQLite and PostgreSQL share, written once in the dialect
+//! both accept, and the `Backend` implementation they instantiate on
+//! their concrete sqlx types (`sqlite.rs`, `postgres.rs`: each engine's
+//! migrations, lock and quirks).
 
 use std::time::Duration;
 
-use sqlx::postgres::Postgres;
-use sqlx::{Pool, Row, Sqlite};
+use sqlx::Row;
 
 use crate::server::error::StoreError;
 use crate::server::response::StoredResponse;
 
-use super::backend::Backend;
 use super::records::*;
 
-const SELECT_RECORD: &str = "SELECT scope, idem_key, fingerprint, state, operation, request_method, \
+pub(super) const SELECT_RECORD: &str = "SELECT scope, idem_key, fingerprint, state, operation, request_method, \
      request_path, request_body, recovery_point, lock_generation, locked_at, response_status, \
      response_headers, response_body, created_at, completed_at, attempts, next_attempt_at, \
      resumed_at FROM idem_keys \
@@ -46,47 +45,8 @@ macro_rules! claim_phased {
         )
     };
 }
-// PostgreSQL bounds the wait for an uncommitted duplicate with a
-// transaction-local `lock_timeout`, inside the insert itself, so the bound
-// costs neither a statement nor a round trip. The row's values are computed
-// before the row is inserted and its key checked, which is where the wait
-// happens; so the `state` value sets the bound on its way (the inner
-// `set_config`, an argument of the outer, runs first and keeps the
-// transaction's value aside in a placeholder setting). The `RETURNING`
-// list is computed for an inserted row only, after any wait, and puts that
-// value back: a won claim leaves the handler's statements unbounded. A
-// conflict returns no row and leaves the bound on for the statements that
-// examine the record; `lift_bound!` puts it back there when needed. When
-// the wait expires the statement fails with 55P03 and the aborted
-// transaction discards the setting anyway.
-macro_rules! bounded_state {
-    ($wait:literal) => {
-        concat!(
-            "'in_flight' || left(set_config('lock_timeout', ",
-            $wait,
-            " || left(set_config('idem.outer_lock_timeout', current_setting('lock_timeout'), \
-             true), 0), true), 0)"
-        )
-    };
-}
-// The value kept aside, or the current one where no claim bounded this
-// transaction (a placeholder setting once used in a session reads as ''
-// after its transaction).
-macro_rules! lift_bound {
-    () => {
-        "set_config('lock_timeout', \
-         COALESCE(NULLIF(current_setting('idem.outer_lock_timeout', true), ''), \
-         current_setting('lock_timeout')), true)"
-    };
-}
-
-const CLAIM: &str = claim_single!("'in_flight'");
-const CLAIM_PHASED: &str = claim_phased!("'in_flight'");
-const CLAIM_POSTGRES: &str = concat!(claim_single!(bounded_state!("$5")), ", ", lift_bound!());
-const CLAIM_PHASED_POSTGRES: &str =
-    concat!(claim_phased!(bounded_state!("$9")), ", ", lift_bound!());
-const LIFT_BOUND_POSTGRES: &str = concat!("SELECT ", lift_bound!());
-
+pub(super) const CLAIM: &str = claim_single!("'in_flight'");
+pub(super) const CLAIM_PHASED: &str = claim_phased!("'in_flight'");
 // The claim at commit: the key row, complete, in the handler's transaction.
 macro_rules! claim_complete {
     ($values:literal) => {
@@ -99,23 +59,15 @@ macro_rules! claim_complete {
         )
     };
 }
-const CLAIM_COMPLETE: &str =
+pub(super) const CLAIM_COMPLETE: &str =
     claim_complete!("VALUES ($1, $2, $3, 'complete', 'finished', 1, $4, $4, $5, $6, $7)");
-// PostgreSQL's sets its bound first: a MATERIALIZED CTE is computed before
-// the insert reads its row from it. Nothing after it in the transaction
-// waits on a lock, so the bound is left to end with the transaction.
-const CLAIM_COMPLETE_POSTGRES: &str = concat!(
-    "WITH bound AS MATERIALIZED (SELECT set_config('lock_timeout', $8, true)) ",
-    claim_complete!("SELECT $1, $2, $3, 'complete', 'finished', 1, $4, $4, $5, $6, $7 FROM bound")
-);
-
-const DELETE_EXPIRED: &str = "DELETE FROM idem_keys \
+pub(super) const DELETE_EXPIRED: &str = "DELETE FROM idem_keys \
      WHERE scope = $1 AND idem_key = $2 AND created_at < $3 AND state = 'complete'";
 
 /// What a claim statement's outcome means: the generation won, `None` for a
 /// key already taken, or [`StoreError::LockWaitExpired`] when the bound
 /// `wait` passed first.
-fn claimed(
+pub(super) fn claimed(
     outcome: Result<Option<(i64,)>, sqlx::Error>,
     wait: Duration,
 ) -> Result<Option<i64>, StoreError> {
@@ -130,26 +82,26 @@ fn claimed(
 
 /// Arguments with room for `count` values of `bytes` in all, so binding the
 /// hot statements' values does not grow the buffers value by value.
-fn arguments<'q, DB: sqlx::Database>(count: usize, bytes: usize) -> DB::Arguments<'q> {
+pub(super) fn arguments<'q, DB: sqlx::Database>(count: usize, bytes: usize) -> DB::Arguments<'q> {
     let mut arguments = DB::Arguments::<'q>::default();
     sqlx::Arguments::reserve(&mut arguments, count, bytes);
     arguments
 }
 
 /// What a value takes in an argument buffer: its bytes and a length word.
-fn size(bytes: &[u8]) -> usize {
+pub(super) fn size(bytes: &[u8]) -> usize {
     bytes.len() + 4
 }
 
 /// What an `i64` takes in an argument buffer.
-const INTEGER: usize = 12;
+pub(super) const INTEGER: usize = 12;
 
 /// Room for the lock wait a bounded statement binds last (`'2000ms'`).
-const BOUND: usize = 16;
+pub(super) const BOUND: usize = 16;
 
 /// `wait` in whole milliseconds, at least one (PostgreSQL reads 0 as no
 /// limit; the setting tops out at `i32::MAX` ms).
-fn lock_timeout_ms(wait: Duration) -> u128 {
+pub(super) fn lock_timeout_ms(wait: Duration) -> u128 {
     wait.as_millis().clamp(1, i32::MAX as u128)
 }
 
@@ -161,16 +113,16 @@ pub(super) fn lock_timeout_setting(wait: Duration) -> String {
 /// Whether connections that run with `lock_timeout = session` already bound
 /// a claim's `wait`: the same value to the setting's resolution (a wait
 /// that lost microseconds to the key's turn still rounds up to it).
-fn session_bounds(session: Option<Duration>, wait: Duration) -> bool {
+pub(super) fn session_bounds(session: Option<Duration>, wait: Duration) -> bool {
     let ceil = wait.as_micros().div_ceil(1000).clamp(1, i32::MAX as u128);
     session
         .is_some_and(|session| (lock_timeout_ms(wait)..=ceil).contains(&lock_timeout_ms(session)))
 }
 
 /// SQLSTATE lock_not_available: a `lock_timeout` expired.
-const LOCK_NOT_AVAILABLE: &str = "55P03";
+pub(super) const LOCK_NOT_AVAILABLE: &str = "55P03";
 
-const RECLAIM_EXPIRED: &str = "UPDATE idem_keys SET fingerprint = $3, state = 'in_flight', \
+pub(super) const RECLAIM_EXPIRED: &str = "UPDATE idem_keys SET fingerprint = $3, state = 'in_flight', \
      operation = $4, request_method = $5, request_path = $6, request_body = $7, \
      recovery_point = 'started', lock_generation = lock_generation + 1, locked_at = $8, \
      response_status = NULL, response_headers = NULL, response_body = NULL, created_at = $8, \
@@ -179,7 +131,7 @@ const RECLAIM_EXPIRED: &str = "UPDATE idem_keys SET fingerprint = $3, state = 'i
        AND (state = 'complete' OR locked_at IS NULL OR locked_at < $10) \
      RETURNING lock_generation";
 
-const TAKE_OVER: &str = "UPDATE idem_keys SET locked_at = $4, lock_generation = lock_generation + 1, \
+pub(super) const TAKE_OVER: &str = "UPDATE idem_keys SET locked_at = $4, lock_generation = lock_generation + 1, \
      attempts = attempts + 1 \
      WHERE scope = $1 AND idem_key = $2 AND state = 'in_flight' \
        AND (locked_at IS NULL OR locked_at < $3) \
@@ -188,125 +140,74 @@ const TAKE_OVER: &str = "UPDATE idem_keys SET locked_at = $4, lock_generation = 
 
 // The right-hand sides read the row as it was, so `attempts` is the count of
 // runs including the one that just failed.
-const RESCHEDULE: &str = "UPDATE idem_keys SET locked_at = NULL, next_attempt_at = $4, \
+pub(super) const RESCHEDULE: &str = "UPDATE idem_keys SET locked_at = NULL, next_attempt_at = $4, \
      state = CASE WHEN attempts >= $5 OR $4 > COALESCE(resumed_at, created_at) + $6 \
        THEN 'exhausted' ELSE 'in_flight' END \
      WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight' \
      RETURNING state, attempts";
 
 // The takeover counted a run that never starts: it is taken back.
-const EXHAUST: &str = "UPDATE idem_keys SET state = 'exhausted', locked_at = NULL, \
+pub(super) const EXHAUST: &str = "UPDATE idem_keys SET state = 'exhausted', locked_at = NULL, \
      attempts = attempts - 1 \
      WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
 
 // `stale`: in flight, its lock older than the cutoff and its next run due,
 // which is what the completer takes: a count that stays above zero says the
 // completer is not running or not keeping up.
-const COUNT_WATCHED: &str = "SELECT \
+pub(super) const COUNT_WATCHED: &str = "SELECT \
      COALESCE(SUM(CASE WHEN state = 'in_flight' THEN 1 ELSE 0 END), 0), \
      COALESCE(SUM(CASE WHEN state = 'exhausted' THEN 1 ELSE 0 END), 0), \
      COALESCE(SUM(CASE WHEN state = 'in_flight' AND (locked_at IS NULL OR locked_at < $1) \
        AND (next_attempt_at IS NULL OR next_attempt_at <= $2) THEN 1 ELSE 0 END), 0) \
      FROM idem_keys WHERE state <> 'complete'";
 
-const COUNT_EXHAUSTED: &str = "SELECT COUNT(*) FROM idem_keys WHERE state = 'exhausted'";
+pub(super) const COUNT_EXHAUSTED: &str = "SELECT COUNT(*) FROM idem_keys WHERE state = 'exhausted'";
 
-const EXHAUSTED: &str = "SELECT scope, idem_key, operation, recovery_point, attempts, created_at \
+pub(super) const EXHAUSTED: &str = "SELECT scope, idem_key, operation, recovery_point, attempts, created_at \
      FROM idem_keys WHERE state = 'exhausted' ORDER BY created_at LIMIT $1";
 
-const ADVANCE: &str = "UPDATE idem_keys SET recovery_point = $4, locked_at = $5 \
+pub(super) const ADVANCE: &str = "UPDATE idem_keys SET recovery_point = $4, locked_at = $5 \
      WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
 
-const RELEASE: &str = "UPDATE idem_keys SET locked_at = NULL \
+pub(super) const RELEASE: &str = "UPDATE idem_keys SET locked_at = NULL \
      WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
 
-const COMPLETE: &str = "UPDATE idem_keys SET state = 'complete', response_status = $4, \
+pub(super) const COMPLETE: &str = "UPDATE idem_keys SET state = 'complete', response_status = $4, \
      response_headers = $5, response_body = $6, completed_at = $7, locked_at = NULL, \
      recovery_point = 'finished' \
      WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
 
-const LOAD_STEPS: &str = "SELECT step, status, derived_key, output FROM idem_steps \
+pub(super) const LOAD_STEPS: &str = "SELECT step, status, derived_key, output FROM idem_steps \
      WHERE scope = $1 AND idem_key = $2";
 
-const RECORD_STEP: &str = "INSERT INTO idem_steps (scope, idem_key, step, status, derived_key, \
+pub(super) const RECORD_STEP: &str = "INSERT INTO idem_steps (scope, idem_key, step, status, derived_key, \
      output, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
      ON CONFLICT (scope, idem_key, step) DO UPDATE SET status = excluded.status, \
      derived_key = excluded.derived_key, output = excluded.output, updated_at = excluded.updated_at";
 
-const DELETE_STEPS: &str = "DELETE FROM idem_steps WHERE scope = $1 AND idem_key = $2";
+pub(super) const DELETE_STEPS: &str = "DELETE FROM idem_steps WHERE scope = $1 AND idem_key = $2";
 
-const ABANDONED: &str = "SELECT scope, idem_key FROM idem_keys \
+pub(super) const ABANDONED: &str = "SELECT scope, idem_key FROM idem_keys \
      WHERE state = 'in_flight' AND operation IS NOT NULL \
        AND (locked_at IS NULL OR locked_at < $1) \
        AND (next_attempt_at IS NULL OR next_attempt_at <= $2) \
      ORDER BY created_at LIMIT $3";
 
-const REAP: &str = "DELETE FROM idem_keys WHERE created_at < $1 \
+pub(super) const REAP: &str = "DELETE FROM idem_keys WHERE created_at < $1 \
      RETURNING scope, idem_key, state, operation, recovery_point";
 
-const REAP_STEPS: &str = "DELETE FROM idem_steps WHERE NOT EXISTS (SELECT 1 FROM idem_keys k \
+pub(super) const REAP_STEPS: &str = "DELETE FROM idem_steps WHERE NOT EXISTS (SELECT 1 FROM idem_keys k \
      WHERE k.scope = idem_steps.scope AND k.idem_key = idem_steps.idem_key)";
 
-const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
+pub(super) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
      version BIGINT PRIMARY KEY, description TEXT NOT NULL, applied_at BIGINT NOT NULL)";
 
 /// One embedded migration.
-struct Migration {
-    version: i64,
-    description: &'static str,
-    sql: &'static str,
+pub(super) struct Migration {
+    pub(super) version: i64,
+    pub(super) description: &'static str,
+    pub(super) sql: &'static str,
 }
-
-const SQLITE_MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        description: "idempotency keys and steps",
-        sql: include_str!("../../../migrations/sqlite/0001_idempotency_keys.sql"),
-    },
-    Migration {
-        version: 2,
-        description: "resume schedule and the exhausted state",
-        sql: include_str!("../../../migrations/sqlite/0002_resume_schedule.sql"),
-    },
-    Migration {
-        version: 3,
-        description: "when an operator last resumed a record",
-        sql: include_str!("../../../migrations/sqlite/0003_resumed_at.sql"),
-    },
-];
-
-const POSTGRES_MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        description: "idempotency keys and steps",
-        sql: include_str!("../../../migrations/postgres/0001_idempotency_keys.sql"),
-    },
-    Migration {
-        version: 2,
-        description: "resume schedule and the exhausted state",
-        sql: include_str!("../../../migrations/postgres/0002_resume_schedule.sql"),
-    },
-    Migration {
-        version: 3,
-        description: "the state column without its CHECK constraint",
-        sql: include_str!("../../../migrations/postgres/0003_state_unchecked.sql"),
-    },
-    Migration {
-        version: 4,
-        description: "when an operator last resumed a record",
-        sql: include_str!("../../../migrations/postgres/0004_resumed_at.sql"),
-    },
-];
-
-/// The newest schema version this build writes, per engine.
-pub(super) const SQLITE_SCHEMA_VERSION: i64 = 3;
-pub(super) const POSTGRES_SCHEMA_VERSION: i64 = 4;
-
-// Both engines serialize the migration run: SQLite through its single writer
-// (the first statement writes), PostgreSQL through a transaction-scoped
-// advisory lock, so two processes starting together never race.
-const SQLITE_MIGRATION_LOCK: &str = "SELECT 1";
-const POSTGRES_MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock(7263541209)";
 
 pub(super) fn record_from_row<R>(row: &R) -> Result<KeyRecord, StoreError>
 where
@@ -421,10 +322,11 @@ where
     })
 }
 
-fn now_for_migrations() -> i64 {
+pub(super) fn now_for_migrations() -> i64 {
     crate::server::clock::now_ms()
 }
 
+/// The `Backend` implementation of an engine of the shared dialect.
 macro_rules! impl_backend {
     ($db:ty, $migrations:expr, $lock:expr, $claims:expr, $complete:expr, $lift:expr, $named:expr, $replication:expr) => {
         impl Backend for $db {
@@ -939,27 +841,3 @@ macro_rules! impl_backend {
         }
     };
 }
-
-impl_backend!(
-    Sqlite,
-    SQLITE_MIGRATIONS,
-    SQLITE_MIGRATION_LOCK,
-    ((CLAIM, CLAIM_PHASED), None::<(&'static str, &'static str)>),
-    (CLAIM_COMPLETE, None::<&'static str>),
-    None::<&'static str>,
-    true,
-    None::<&'static str>
-);
-impl_backend!(
-    Postgres,
-    POSTGRES_MIGRATIONS,
-    POSTGRES_MIGRATION_LOCK,
-    (
-        (CLAIM, CLAIM_PHASED),
-        Some((CLAIM_POSTGRES, CLAIM_PHASED_POSTGRES))
-    ),
-    (CLAIM_COMPLETE, Some(CLAIM_COMPLETE_POSTGRES)),
-    Some(LIFT_BOUND_POSTGRES),
-    super::named_statements(),
-    Some(super::replication::POSTGRES_REPLICATION)
-);
