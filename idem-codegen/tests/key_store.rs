@@ -419,9 +419,34 @@ async fn idem_keys_reads_what_requests_wrote() {
     let (code, _, err) = keys(&format!("sqlite://{}", other.display()), &["list"], &[]);
     assert_eq!(code, 2);
     assert!(err.contains("holds no idem key tables"), "{err}");
-    let (code, _, err) = keys("mysql://localhost/x", &["list"], &[]);
+    let (code, _, err) = keys("redis://localhost/x", &["list"], &[]);
     assert_eq!(code, 2);
     assert!(err.contains("not a key store URL"), "{err}");
+
+    // The same on MariaDB, in a fresh database.
+    if let Some(server) = std::env::var("IDEM_TEST_MYSQL_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
+        let name = format!("keys_{:016x}", rand_u64());
+        let admin = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(&server)
+            .await
+            .unwrap();
+        sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+            .execute(&admin)
+            .await
+            .unwrap();
+        let url = match server.rsplit_once('/') {
+            Some((server, _)) => format!("{server}/{name}"),
+            None => panic!("IDEM_TEST_MYSQL_URL has no database name: {server}"),
+        };
+        let store = Store::connect_mysql(&url, 8).await.unwrap();
+        exercise(store, &url).await;
+    } else {
+        eprintln!("skipped on MariaDB: IDEM_TEST_MYSQL_URL is not set");
+    }
 
     let Some(admin) = std::env::var("IDEM_TEST_DATABASE_URL")
         .ok()

@@ -13,7 +13,7 @@ use idem_runtime::server::{
     Inspect, KeyState, ListFilter, Replication, Schema, Store, StoreError, credential_digest,
 };
 use idem_runtime::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
-use idem_runtime::sqlx::{Postgres, Sqlite};
+use idem_runtime::sqlx::{MySql, Postgres, Sqlite};
 
 use super::shared::{EXIT_CLEAN, EXIT_ERROR};
 
@@ -205,6 +205,12 @@ async fn dispatch(args: &KeysArgs) -> Result<Done, Failure> {
             e => Failure::input(format!("cannot reach {}: {e}", redact(url))),
         })?;
         on::<Postgres>(store, url, args).await
+    } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        let url = url.replacen("mariadb://", "mysql://", 1);
+        let store = Store::connect_mysql(&url, 2)
+            .await
+            .map_err(|e| Failure::input(format!("cannot reach {}: {e}", redact(&url))))?;
+        on::<MySql>(store, &url, args).await
     } else if url.starts_with("sqlite:") {
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|e| Failure::input(format!("{url} is not an SQLite URL: {e}")))?
@@ -219,7 +225,7 @@ async fn dispatch(args: &KeysArgs) -> Result<Done, Failure> {
         on::<Sqlite>(Store::new(pool), url, args).await
     } else {
         Err(Failure::input(format!(
-            "{} is not a key store URL: it starts with sqlite: or postgres://",
+            "{} is not a key store URL: it starts with sqlite:, postgres:// or mysql://",
             redact(url)
         )))
     }

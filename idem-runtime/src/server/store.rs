@@ -25,6 +25,7 @@ mod backend;
 mod sql;
 mod inspect;
 mod mysql;
+mod mysql_inspect;
 mod postgres;
 mod primary;
 mod records;

@@ -138,7 +138,15 @@ const POSTGRES_HAS_TABLES: &str = "SELECT COUNT(*) FROM pg_catalog.pg_tables \
      WHERE schemaname = ANY (current_schemas(false)) \
        AND tablename IN ('idem_keys', 'idem_schema_migrations')";
 
-fn state_of(value: &str) -> Result<KeyState, StoreError> {
+/// Puts `steps` in the order they were last written (`order`: each step's
+/// `updated_at`). A step's intent is written after the steps before it are
+/// done: within one millisecond, done steps come first.
+pub(super) fn order_steps(steps: &mut [StepRecord], order: &[(String, i64)]) {
+    let at = |step: &str| order.iter().find(|(s, _)| s == step).map(|(_, at)| *at);
+    steps.sort_by_key(|s| (at(&s.step), s.status == StepStatus::Intent, s.step.clone()));
+}
+
+pub(super) fn state_of(value: &str) -> Result<KeyState, StoreError> {
     KeyState::parse(value)
 }
 
@@ -206,12 +214,7 @@ macro_rules! impl_inspect {
                         .bind(key)
                         .fetch_all(&mut *tx)
                         .await?;
-                    let at = |step: &str| order.iter().find(|(s, _)| s == step).map(|(_, at)| *at);
-                    // A step's intent is written after the steps before it are done:
-                    // within one millisecond, done steps come first.
-                    steps.sort_by_key(|s| {
-                        (at(&s.step), s.status == StepStatus::Intent, s.step.clone())
-                    });
+                    order_steps(&mut steps, &order);
                     Ok(Some(Inspected { record, steps }))
                 })
             }

@@ -36,7 +36,7 @@ use super::sql::{exhausted_from_row, reaped_from_row, record_from_row, step_from
 
 // The key columns compare bytes (`ascii_bin`), which the MySQL protocol
 // reports as binary: they are read back converted to text.
-const COLUMNS: &str = "CONVERT(scope USING utf8mb4) AS scope, \
+pub(super) const COLUMNS: &str = "CONVERT(scope USING utf8mb4) AS scope, \
      CONVERT(idem_key USING utf8mb4) AS idem_key, fingerprint, state, operation, request_method, \
      request_path, request_body, recovery_point, lock_generation, locked_at, response_status, \
      response_headers, response_body, created_at, completed_at, attempts, next_attempt_at, \
@@ -118,6 +118,9 @@ struct Migration {
     description: &'static str,
     sql: &'static str,
 }
+
+/// The newest schema version this build writes on the MySQL family.
+pub(super) const MYSQL_SCHEMA_VERSION: i64 = 1;
 
 const MIGRATIONS: &[Migration] = &[Migration {
     version: 1,

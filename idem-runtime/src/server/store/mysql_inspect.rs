@@ -1,0 +1,182 @@
+//! `idem keys` on the MySQL family: the operator's reads, and the resume of
+//! an exhausted record, in MariaDB's dialect.
+
+use sqlx::Pool;
+use sqlx::mysql::MySql;
+
+use crate::server::error::StoreError;
+
+use super::backend::Backend;
+use super::inspect::{Inspect, Inspected, KeyStats, ListFilter, Schema, order_steps, state_of};
+use super::mysql::{COLUMNS, MYSQL_SCHEMA_VERSION};
+use super::records::{BoxFuture, KeyRecord, KeyState};
+use super::sql::record_from_row;
+
+// The list leaves the bodies out: a page of records stays small. Each
+// filter's value is bound twice (`?` placeholders are positional).
+const LIST: &str = "SELECT CONVERT(scope USING utf8mb4) AS scope, \
+     CONVERT(idem_key USING utf8mb4) AS idem_key, fingerprint, state, operation, \
+     request_method, request_path, NULL AS request_body, recovery_point, lock_generation, \
+     locked_at, response_status, NULL AS response_headers, NULL AS response_body, created_at, \
+     completed_at, attempts, next_attempt_at, resumed_at FROM idem_keys \
+     WHERE (? IS NULL OR state = ?) AND (? IS NULL OR operation = ?) \
+       AND (? IS NULL OR created_at < ?) \
+     ORDER BY created_at, scope, idem_key LIMIT ?";
+
+impl Inspect for MySql {
+    fn schema(pool: &Pool<Self>) -> BoxFuture<'_, Result<Schema, StoreError>> {
+        Box::pin(async move {
+            let tables: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.tables \
+                 WHERE table_schema = DATABASE() \
+                   AND table_name IN ('idem_keys', 'idem_schema_migrations')",
+            )
+            .fetch_one(pool)
+            .await?;
+            if tables < 2 {
+                return Ok(Schema::Missing);
+            }
+            let found: Option<i64> =
+                sqlx::query_scalar("SELECT MAX(version) FROM idem_schema_migrations")
+                    .fetch_one(pool)
+                    .await?;
+            Ok(Schema::Version {
+                found: found.unwrap_or(0),
+                known: MYSQL_SCHEMA_VERSION,
+            })
+        })
+    }
+
+    fn inspect<'a>(
+        pool: &'a Pool<Self>,
+        scope: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Inspected>, StoreError>> {
+        Box::pin(async move {
+            // The record and its steps from one snapshot (InnoDB's default,
+            // REPEATABLE READ, takes it at the first read): a step's intent
+            // commits with the record's recovery point.
+            let mut tx = pool.begin().await?;
+            let select =
+                format!("SELECT {COLUMNS} FROM idem_keys WHERE scope = ? AND idem_key = ?");
+            let row = sqlx::query(&select)
+                .bind(scope)
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(row) = row else {
+                return Ok(None);
+            };
+            let record = record_from_row(&row)?;
+            let mut steps = <MySql as Backend>::load_steps(&mut tx, scope, key).await?;
+            let order: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT CONVERT(step USING utf8mb4), updated_at FROM idem_steps \
+                 WHERE scope = ? AND idem_key = ?",
+            )
+            .bind(scope)
+            .bind(key)
+            .fetch_all(&mut *tx)
+            .await?;
+            order_steps(&mut steps, &order);
+            Ok(Some(Inspected { record, steps }))
+        })
+    }
+
+    fn scopes_holding<'a>(
+        pool: &'a Pool<Self>,
+        key: &'a str,
+        limit: i64,
+    ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(async move {
+            Ok(sqlx::query_scalar(
+                "SELECT CONVERT(scope USING utf8mb4) FROM idem_keys WHERE idem_key = ? \
+                 ORDER BY created_at LIMIT ?",
+            )
+            .bind(key)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
+    fn list<'a>(
+        pool: &'a Pool<Self>,
+        filter: &'a ListFilter,
+    ) -> BoxFuture<'a, Result<Vec<KeyRecord>, StoreError>> {
+        Box::pin(async move {
+            let state = filter.state.map(KeyState::as_str);
+            let operation = filter.operation.as_deref();
+            let rows = sqlx::query(LIST)
+                .bind(state)
+                .bind(state)
+                .bind(operation)
+                .bind(operation)
+                .bind(filter.claimed_before)
+                .bind(filter.claimed_before)
+                .bind(filter.limit)
+                .fetch_all(pool)
+                .await?;
+            rows.iter().map(record_from_row).collect()
+        })
+    }
+
+    fn stats(pool: &Pool<Self>, reap_before: i64) -> BoxFuture<'_, Result<KeyStats, StoreError>> {
+        Box::pin(async move {
+            let rows: Vec<(String, Option<String>, i64)> = sqlx::query_as(
+                "SELECT state, operation, COUNT(*) FROM idem_keys \
+                 GROUP BY state, operation ORDER BY state, operation",
+            )
+            .fetch_all(pool)
+            .await?;
+            let by_state = rows
+                .into_iter()
+                .map(|(state, op, n)| Ok((state_of(&state)?, op, n)))
+                .collect::<Result<_, StoreError>>()?;
+            let filter = ListFilter {
+                state: Some(KeyState::InFlight),
+                limit: 1,
+                ..ListFilter::default()
+            };
+            let oldest_in_flight = Self::list(pool, &filter).await?.into_iter().next();
+            let rows: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT state, COUNT(*) FROM idem_keys WHERE created_at < ? \
+                 GROUP BY state ORDER BY state",
+            )
+            .bind(reap_before)
+            .fetch_all(pool)
+            .await?;
+            let reapable = rows
+                .into_iter()
+                .map(|(state, n)| Ok((state_of(&state)?, n)))
+                .collect::<Result<_, StoreError>>()?;
+            Ok(KeyStats {
+                by_state,
+                oldest_in_flight,
+                reapable,
+            })
+        })
+    }
+
+    fn resume<'a>(
+        pool: &'a Pool<Self>,
+        scope: &'a str,
+        key: &'a str,
+        now: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let done = sqlx::query(
+                "UPDATE idem_keys SET state = 'in_flight', locked_at = NULL, \
+                 next_attempt_at = ?, attempts = 0, resumed_at = ? \
+                 WHERE scope = ? AND idem_key = ? AND state = 'exhausted' \
+                   AND operation IS NOT NULL",
+            )
+            .bind(now)
+            .bind(now)
+            .bind(scope)
+            .bind(key)
+            .execute(pool)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+}
