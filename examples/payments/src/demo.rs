@@ -40,6 +40,9 @@ pub struct Row {
     pub reconciled: usize,
     pub overcharged: usize,
     pub lost: usize,
+    /// Answers the server replayed (`Idempotent-Replayed`): a retry after
+    /// the first reply was lost, answered with the stored charge.
+    pub replayed: usize,
     pub seconds: f64,
 }
 
@@ -288,20 +291,32 @@ async fn keyed_row(
         x_account_id: account.to_owned(),
     };
     let started = Arc::new(AtomicUsize::new(0));
+    let replayed = Arc::new(AtomicUsize::new(0));
     let gate = Arc::new(Semaphore::new(settings.concurrency));
     let mut tasks = tokio::task::JoinSet::new();
     for order in 0..settings.orders {
-        let (client, params, gate, started) = (
+        let (client, params, gate, started, replayed) = (
             client.clone(),
             params.clone(),
             Arc::clone(&gate),
             Arc::clone(&started),
+            Arc::clone(&replayed),
         );
         tasks.spawn(async move {
             let _permit = gate.acquire_owned().await;
             started.fetch_add(1, Ordering::Relaxed);
             let body = order_body(order);
-            match client.charges().create(&params, &body).send().await {
+            match client
+                .charges()
+                .create(&params, &body)
+                .send_with_response()
+                .await
+            {
+                // A retry whose first reply was lost gets the stored charge.
+                Ok(charge) if charge.replayed() => {
+                    replayed.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
                 Ok(_) => None,
                 // Gave up (budget spent, deadline): the error carries the
                 // key every attempt used.
@@ -344,6 +359,7 @@ async fn keyed_row(
         orders: settings.orders,
         unknown,
         reconciled: unknown - pending.len(),
+        replayed: replayed.load(Ordering::Relaxed),
         seconds: clock.elapsed().as_secs_f64(),
         ..Row::default()
     })

@@ -428,6 +428,13 @@ async fn scenario(args: &Args) -> anyhow::Result<bool> {
          unknown: calls the client gave up on (retry budget spent, deadline); reconciled: settled by calling again with the key the error carried."
     );
     println!("docs page: {}", args.out.join("idempotency.html").display());
+    if let Some(idem) = rows.first() {
+        println!(
+            "idem: {} answers were replays (`.send_with_response()`, `.replayed()`): the first \
+             reply was lost, the retry got the stored charge.",
+            idem.replayed
+        );
+    }
     let ok = rows
         .first()
         .is_some_and(|idem| idem.duplicates == 0 && idem.lost == 0 && idem.overcharged == 0);

@@ -119,7 +119,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
          [`router`] serves an implementation. Keyed methods receive the transaction their \
          idempotency key commits in: write the effect there, and it commits together with the \
          stored response, or not at all. Generic over the store: SQLite (`sqlx::Sqlite`) \
-         embedded, PostgreSQL (`sqlx::Postgres`) in production.\n\n\
+         embedded, PostgreSQL (`sqlx::Postgres`) or MariaDB (`sqlx::MySql`) in production.\n\n\
          Each method answers `Ok` with one of its documented replies, or `Err` with a \
          [`Fault`](::idem_runtime::server::Fault): `?` on a database error gives one, and it \
          is answered `503` with `Retry-After`, retryable and never recorded, so a connection \

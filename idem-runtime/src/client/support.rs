@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -26,7 +27,7 @@ use super::{
 mod answer;
 mod request;
 
-pub use answer::{ApiError, Decoder, Raw, Undecodable};
+pub use answer::{Answered, ApiError, Decoder, REQUEST_ID_HEADERS, Raw, Undecodable};
 use request::{Body, Upload, form_pairs, form_urlencoded_pairs};
 pub use request::{Multipart, Request, Style, segment};
 
@@ -248,6 +249,7 @@ impl ApiClient {
             key: None,
             decode,
             set_body,
+            options: CallOptions::default(),
             mode: Single,
         }
     }
@@ -267,8 +269,33 @@ pub struct Call<'a, T, E, B: ?Sized = NoBody, M = Single> {
     key: Option<IdempotencyKey>,
     decode: Decoder<T, E>,
     set_body: Option<fn(&mut Request, &B)>,
+    /// This call's own bounds, over the client's and the operation's.
+    options: CallOptions,
     /// What the call can do besides `.send()`: pages, events.
     mode: M,
+}
+
+/// One call's own retry bounds; `None` keeps the operation's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CallOptions {
+    deadline: Option<Duration>,
+    max_attempts: Option<u32>,
+    attempt_timeout: Option<Duration>,
+}
+
+impl CallOptions {
+    fn apply(&self, mut policy: RetryPolicy) -> RetryPolicy {
+        if let Some(d) = self.deadline {
+            policy = policy.deadline(d);
+        }
+        if let Some(n) = self.max_attempts {
+            policy = policy.max_attempts(n);
+        }
+        if let Some(t) = self.attempt_timeout {
+            policy = policy.attempt_timeout(t);
+        }
+        policy
+    }
 }
 
 /// The mode of a call answered once: `.send()`, `.send_streaming()`.
@@ -330,6 +357,28 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
         self
     }
 
+    /// Bounds this call, its retries included, by `deadline` instead of the
+    /// operation's. The remaining deadline still travels with each attempt.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.options.deadline = Some(deadline);
+        self
+    }
+
+    /// Makes at most `attempts` attempts for this call (1: no retry). A
+    /// keyed call still sends its one key on every attempt, and each retry
+    /// still spends the client's retry budget.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.options.max_attempts = Some(attempts.max(1));
+        self
+    }
+
+    /// Gives each attempt of this call at most `timeout`, within the
+    /// deadline.
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.options.attempt_timeout = Some(timeout);
+        self
+    }
+
     /// Sends the call: one logical call, retried as its class and policy
     /// allow, the key minted once (unless given) and sent on every attempt,
     /// the body read inside the deadline.
@@ -337,6 +386,28 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
         let ready = self.ready()?;
         let response = ready.execute(false).await?;
         ready.decode(response).await
+    }
+
+    /// Sends the call like [`Call::send`], and returns the typed value with
+    /// the answer it came in: status, headers, the request id, whether the
+    /// server replayed a stored answer, the key sent and the attempts made.
+    ///
+    /// ```ignore
+    /// let charge = client.charges().create(&params, &body).send_with_response().await?;
+    /// if charge.replayed() { /* an earlier attempt already charged */ }
+    /// println!("{:?} in {} attempts", charge.request_id(), charge.attempts());
+    /// ```
+    pub async fn send_with_response(self) -> Result<Answered<T>, ApiError<E>> {
+        let ready = self.ready()?;
+        let response = ready.execute(false).await?;
+        let raw = read_raw(response).await;
+        let value = ready.decode_raw(&raw)?;
+        Ok(Answered::new(
+            value,
+            raw,
+            ready.key.clone(),
+            ready.attempts.load(std::sync::atomic::Ordering::Relaxed),
+        ))
     }
 
     pub(crate) fn with_mode<N>(self, mode: N) -> Call<'a, T, E, B, N> {
@@ -347,6 +418,7 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
             key,
             decode,
             set_body,
+            options,
             mode: _,
         } = self;
         Call {
@@ -356,6 +428,7 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
             key,
             decode,
             set_body,
+            options,
             mode,
         }
     }
@@ -390,6 +463,7 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
             key,
             decode,
             set_body: _,
+            options,
             mode: _,
         } = self;
         if let Some(violations) = request.invalid.take() {
@@ -497,6 +571,8 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
             multipart,
             upload,
             decode,
+            options,
+            attempts: AtomicU32::new(0),
         })
     }
 }
@@ -519,6 +595,9 @@ pub(crate) struct Ready<'a, T, E> {
     multipart: Option<Multipart>,
     upload: Option<Upload>,
     decode: Decoder<T, E>,
+    options: CallOptions,
+    /// Attempts made by the last execution.
+    pub(crate) attempts: AtomicU32,
 }
 
 impl<T, E> Ready<'_, T, E> {
@@ -538,6 +617,8 @@ impl<T, E> Ready<'_, T, E> {
             multipart: self.multipart,
             upload: self.upload,
             decode: self.decode,
+            options: self.options,
+            attempts: self.attempts,
         }
     }
 
@@ -552,6 +633,13 @@ impl<T, E> Ready<'_, T, E> {
         } else {
             Some(spec.retry.apply(client.retry.policy()))
         };
+        if self.options != CallOptions::default() {
+            policy = Some(
+                self.options
+                    .apply(policy.unwrap_or_else(|| client.retry.policy().clone())),
+            );
+        }
+        self.attempts.store(0, Ordering::Relaxed);
         if matches!(self.upload, Some(Upload::Stream(_))) {
             // A stream is read by its one attempt.
             policy = Some(
@@ -587,6 +675,7 @@ impl<T, E> Ready<'_, T, E> {
                 self.key.clone(),
                 host.as_deref(),
                 |attempt| {
+                    self.attempts.fetch_add(1, Ordering::Relaxed);
                     let mut builder = http
                         .request(self.method.clone(), url.clone())
                         .headers(self.headers.clone());

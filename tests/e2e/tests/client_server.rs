@@ -411,3 +411,157 @@ async fn parameters_decode_and_errors_arrive_typed() {
     let health = client.health().health().send().await.unwrap();
     assert_eq!(health.ok, Some(true));
 }
+
+#[tokio::test]
+async fn the_answer_says_whether_it_was_a_replay() {
+    let client = serve().await;
+    let order = shop::NewOrder {
+        sku: "tea".into(),
+        quantity: 1,
+        gift: None,
+        note: None,
+    };
+    let key = IdempotencyKey::new("order-740").unwrap();
+    let first = client
+        .orders()
+        .create(&order)
+        .idempotency_key(key.clone())
+        .send_with_response()
+        .await
+        .unwrap();
+    assert!(!first.replayed(), "the first answer ran the operation");
+    assert_eq!(first.status(), 201);
+    assert_eq!(first.attempts(), 1);
+    assert_eq!(first.idempotency_key(), Some(&key));
+    let again = client
+        .orders()
+        .create(&order)
+        .idempotency_key(key.clone())
+        .send_with_response()
+        .await
+        .unwrap();
+    assert!(again.replayed(), "the same key: the stored answer");
+    assert_eq!(again.value(), first.value());
+    // A minted key is reported too.
+    let minted = client
+        .orders()
+        .create(&order)
+        .send_with_response()
+        .await
+        .unwrap();
+    assert!(minted.idempotency_key().is_some());
+    assert!(!minted.replayed());
+}
+
+/// A shop whose `POST /v1/orders` answers `503` (or hangs, with `hang`),
+/// recording the key of every attempt.
+async fn unavailable_shop(
+    hang: bool,
+) -> (shop::Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use axum::http::{HeaderMap, StatusCode};
+    let keys: std::sync::Arc<std::sync::Mutex<Vec<String>>> = std::sync::Arc::default();
+    let seen = std::sync::Arc::clone(&keys);
+    let app = axum::Router::new().route(
+        "/v1/orders",
+        axum::routing::post(move |headers: HeaderMap| {
+            let seen = std::sync::Arc::clone(&seen);
+            async move {
+                let key = headers
+                    .get("idempotency-key")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                seen.lock().unwrap().push(key);
+                if hang {
+                    tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                }
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [("retry-after", "0"), ("x-request-id", "req-42")],
+                    "{}",
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = shop::Client::new(&format!("http://{addr}/v1"))
+        .unwrap()
+        .bearer_auth("token-1");
+    (client, keys)
+}
+
+#[tokio::test]
+async fn per_call_options_bound_the_attempts_and_the_deadline() {
+    use std::time::{Duration, Instant};
+    let order = shop::NewOrder {
+        sku: "tea".into(),
+        quantity: 1,
+        gift: None,
+        note: None,
+    };
+    let (client, keys) = unavailable_shop(false).await;
+    let error = client
+        .orders()
+        .create(&order)
+        .max_attempts(2)
+        .send()
+        .await
+        .unwrap_err();
+    let sent = keys.lock().unwrap().clone();
+    assert_eq!(sent.len(), 2, "two attempts: {sent:?}");
+    assert_eq!(sent[0], sent[1], "one key for every attempt of the call");
+    assert_eq!(
+        error.idempotency_key().map(IdempotencyKey::as_str),
+        Some(sent[0].as_str())
+    );
+    keys.lock().unwrap().clear();
+    client
+        .orders()
+        .create(&order)
+        .max_attempts(1)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(keys.lock().unwrap().len(), 1, "1 means no retry");
+
+    // A server that hangs: each attempt is cut at its timeout, and the
+    // call ends by its own deadline, far before the server would answer.
+    let (client, keys) = unavailable_shop(true).await;
+    let started = Instant::now();
+    client
+        .orders()
+        .create(&order)
+        .attempt_timeout(Duration::from_millis(200))
+        .max_attempts(3)
+        .deadline(Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        keys.lock().unwrap().len(),
+        3,
+        "three attempts of 200ms each"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    keys.lock().unwrap().clear();
+    let started = Instant::now();
+    client
+        .orders()
+        .create(&order)
+        .deadline(Duration::from_millis(500))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!keys.lock().unwrap().is_empty());
+}

@@ -172,6 +172,129 @@ impl<E> ApiError<E> {
             _ => None,
         }
     }
+
+    /// The response's headers, when the server answered.
+    pub fn headers(&self) -> Option<&HeaderMap> {
+        match self {
+            ApiError::Status { headers, .. } | ApiError::UnexpectedStatus { headers, .. } => {
+                Some(headers)
+            }
+            _ => None,
+        }
+    }
+
+    /// The request id the server gave the failed answer (see
+    /// [`Answered::request_id`]): what to quote to its support.
+    pub fn request_id(&self) -> Option<&str> {
+        self.headers().and_then(request_id)
+    }
+
+    /// Whether the failed answer was a replay of a stored one
+    /// (`Idempotent-Replayed: true`): the error happened on an earlier
+    /// attempt, perhaps another process's, with the same key.
+    pub fn replayed(&self) -> bool {
+        self.headers().is_some_and(replayed)
+    }
+}
+
+/// The headers servers name their request id with, most common first:
+/// `Request-Id` (Stripe), `X-Request-Id` (OpenAI, Heroku, many proxies),
+/// `X-Amzn-RequestId` and `X-Amz-Request-Id` (AWS), `X-GitHub-Request-Id`,
+/// `X-MS-Request-Id` (Azure).
+pub const REQUEST_ID_HEADERS: &[&str] = &[
+    "request-id",
+    "x-request-id",
+    "x-amzn-requestid",
+    "x-amz-request-id",
+    "x-github-request-id",
+    "x-ms-request-id",
+];
+
+fn request_id(headers: &HeaderMap) -> Option<&str> {
+    REQUEST_ID_HEADERS
+        .iter()
+        .find_map(|name| headers.get(*name)?.to_str().ok())
+}
+
+fn replayed(headers: &HeaderMap) -> bool {
+    headers
+        .get(crate::protocol::IDEMPOTENT_REPLAYED)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// A call's typed value together with the answer it came in: status,
+/// headers, the request id, whether it was a replay, the key sent and the
+/// attempts made. What [`Call::send_with_response`](super::Call::send_with_response)
+/// returns.
+#[derive(Debug, Clone)]
+pub struct Answered<T> {
+    value: T,
+    status: StatusCode,
+    headers: HeaderMap,
+    key: Option<IdempotencyKey>,
+    attempts: u32,
+}
+
+impl<T> Answered<T> {
+    pub(crate) fn new(
+        value: T,
+        raw: Raw,
+        key: Option<IdempotencyKey>,
+        attempts: u32,
+    ) -> Answered<T> {
+        Answered {
+            value,
+            status: raw.status,
+            headers: raw.headers,
+            key,
+            attempts,
+        }
+    }
+
+    /// The typed value, as `.send()` returns it.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// The typed value, the rest let go.
+    pub fn into_value(self) -> T {
+        self.value
+    }
+
+    /// The status of the answer.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The headers of the answer.
+    pub fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    /// The server's id for this request, from the first of
+    /// [`REQUEST_ID_HEADERS`] it sent: what to quote to its support.
+    pub fn request_id(&self) -> Option<&str> {
+        request_id(&self.headers)
+    }
+
+    /// Whether the server replayed a stored answer
+    /// (`Idempotent-Replayed: true`) rather than running the operation
+    /// now: an earlier attempt, or another call with the same key, already
+    /// did.
+    pub fn replayed(&self) -> bool {
+        replayed(&self.headers)
+    }
+
+    /// The idempotency key the call sent, when the operation is keyed.
+    pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    /// How many attempts the call made (1 without a retry).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
 }
 
 impl<E: fmt::Debug> fmt::Display for ApiError<E> {
@@ -206,5 +329,40 @@ impl<E: fmt::Debug> std::error::Error for ApiError<E> {
             ApiError::Retry(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, http::HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn the_request_id_and_the_replay_flag_come_from_the_headers() {
+        let raw = Raw {
+            status: StatusCode::CREATED,
+            headers: headers(&[("x-request-id", "req_1"), ("idempotent-replayed", "true")]),
+            body: Bytes::new(),
+        };
+        let answered = Answered::new((), raw, None, 2);
+        assert_eq!(answered.request_id(), Some("req_1"));
+        assert!(answered.replayed());
+        assert_eq!(answered.attempts(), 2);
+        // Stripe's name comes first; an absent flag is not a replay.
+        let error: ApiError<()> = ApiError::Status {
+            status: StatusCode::PAYMENT_REQUIRED,
+            headers: headers(&[("request-id", "req_2"), ("x-request-id", "other")]),
+            body: (),
+        };
+        assert_eq!(error.request_id(), Some("req_2"));
+        assert!(!error.replayed());
+        assert_eq!(ApiError::<()>::Encode("x".into()).request_id(), None);
     }
 }
