@@ -412,15 +412,20 @@ async fn parameters_decode_and_errors_arrive_typed() {
     assert_eq!(health.ok, Some(true));
 }
 
-#[tokio::test]
-async fn the_answer_says_whether_it_was_a_replay() {
-    let client = serve().await;
-    let order = shop::NewOrder {
+/// An order of one tea, no gift, no note.
+fn one_tea() -> shop::NewOrder {
+    shop::NewOrder {
         sku: "tea".into(),
         quantity: 1,
         gift: None,
         note: None,
-    };
+    }
+}
+
+#[tokio::test]
+async fn the_answer_says_whether_it_was_a_replay() {
+    let client = serve().await;
+    let order = one_tea();
     let key = IdempotencyKey::new("order-740").unwrap();
     let first = client
         .orders()
@@ -495,12 +500,7 @@ async fn unavailable_shop(
 #[tokio::test]
 async fn per_call_options_bound_the_attempts_and_the_deadline() {
     use std::time::{Duration, Instant};
-    let order = shop::NewOrder {
-        sku: "tea".into(),
-        quantity: 1,
-        gift: None,
-        note: None,
-    };
+    let order = one_tea();
     let (client, keys) = unavailable_shop(false).await;
     let error = client
         .orders()
