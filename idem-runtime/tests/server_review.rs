@@ -250,6 +250,20 @@ async fn scopes_are_bounded<DB: TestDb>(store: Store<DB>) {
     let (status, _) = call(addr, "/orders", &scope, &key, "{}").await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(DB::count_orders(&store).await, 1);
+    // A scope of 1,000 bytes fits PostgreSQL's and SQLite's key table, not
+    // MariaDB's narrower columns: refused when built there.
+    let wide_scope = Idempotency::builder(store.clone())
+        .policy(Policy::new().scope_max_length(1000).key_max_length(1000))
+        .scope(HeaderScope::new("x-account-id"))
+        .build();
+    match DB::KEY_COLUMNS {
+        Some(_) => assert!(
+            matches!(wide_scope, Err(ConfigError::KeyColumnsTooNarrow { .. })),
+            "{:?}",
+            wide_scope.err()
+        ),
+        None => assert!(wide_scope.is_ok()),
+    }
     // Bounds the index cannot hold are refused when the service is built.
     let too_wide = Idempotency::builder(store)
         .policy(Policy::new().key_max_length(4096))

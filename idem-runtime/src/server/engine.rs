@@ -183,6 +183,23 @@ fn unavailable(policy: &Policy) -> impl Fn(StoreError) -> IdempotencyError + '_ 
     }
 }
 
+/// Whether `policy`'s key and scope bounds fit the engine's key columns.
+pub(crate) fn fits_columns<DB: Backend>(policy: &Policy) -> Result<(), ConfigError> {
+    match DB::KEY_COLUMNS {
+        Some((scope_limit, key_limit))
+            if policy.scope_max_length > scope_limit || policy.key_max_length > key_limit =>
+        {
+            Err(ConfigError::KeyColumnsTooNarrow {
+                key_max_length: policy.key_max_length,
+                scope_max_length: policy.scope_max_length,
+                key_limit,
+                scope_limit,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `wait`, or the current request's remaining deadline when sooner.
 pub(crate) fn bounded_by_deadline(wait: Duration) -> Duration {
     crate::context::current()
@@ -235,6 +252,7 @@ impl<DB: Backend> Idempotency<DB> {
             None => policy,
         };
         let validated = policy.validate()?;
+        fits_columns::<DB>(&policy)?;
         if let Ok(mut horizons) = self.inner.shared.horizons.write() {
             horizons.push((policy.lock_timeout, policy.reaper_after));
         }

@@ -143,6 +143,22 @@ pub enum ConfigError {
         /// [`MAX_INDEXED_BYTES`](super::MAX_INDEXED_BYTES).
         limit: usize,
     },
+    /// Key or scope bounds wider than this engine's key columns (MariaDB's
+    /// fill InnoDB's index with a 600-byte scope and a 2,372-byte key).
+    #[error(
+        "key-max-length ({key_max_length}) or the scope bound ({scope_max_length}) exceeds what \
+         this engine's key table holds: a key of {key_limit} bytes and a scope of {scope_limit}"
+    )]
+    KeyColumnsTooNarrow {
+        /// Configured key bound.
+        key_max_length: usize,
+        /// Configured scope bound.
+        scope_max_length: usize,
+        /// The engine's key column, in bytes.
+        key_limit: usize,
+        /// The engine's scope column, in bytes.
+        scope_limit: usize,
+    },
     /// The header name is not a valid HTTP header name.
     #[error("invalid idempotency header name {name:?}")]
     InvalidHeader {

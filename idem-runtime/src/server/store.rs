@@ -252,12 +252,14 @@ impl Store<Sqlite> {
 }
 
 impl Store<sqlx::MySql> {
-    /// Connects to MariaDB or MySQL (or one node of a Galera cluster) with
-    /// a pool of `max_connections`.
+    /// Connects to MariaDB (or one node of a Galera cluster) with a pool
+    /// of `max_connections`. MySQL works too, untested here.
     ///
     /// The claim bounds its wait behind a concurrent claim of the same key
     /// with `SET STATEMENT innodb_lock_wait_timeout` (MariaDB), in whole
-    /// seconds. On a Galera cluster, a claim that lost to one on another
+    /// seconds. MySQL has no `SET STATEMENT`: there the claim waits for the
+    /// connections' own `innodb_lock_wait_timeout` (50 s by default; set it
+    /// lower), and connecting logs so. On a Galera cluster, a claim that lost to one on another
     /// node fails at `COMMIT` (error 1213), its effects rolled back, and is
     /// answered `503` with `Retry-After`; the retry finds the winner's record.
     pub async fn connect_mysql(url: &str, max_connections: u32) -> Result<Self, StoreError> {
@@ -267,6 +269,10 @@ impl Store<sqlx::MySql> {
             .test_before_acquire(false)
             .connect(url)
             .await?;
+        let version: String = sqlx::query_scalar("SELECT VERSION()")
+            .fetch_one(&pool)
+            .await?;
+        mysql::note_server(&version);
         Ok(Store::new(pool))
     }
 }

@@ -107,6 +107,7 @@ impl<DB: Backend> IdempotencyBuilder<DB> {
             self.policy = self.policy.resume(schedule);
         }
         let validated = self.policy.validate()?;
+        super::fits_columns::<DB>(&self.policy)?;
         Ok(Idempotency {
             inner: Arc::new(Inner {
                 store: self.store,

@@ -16,6 +16,12 @@ use super::records::*;
 /// connection the caller provides — usually the transaction that also carries
 /// the business effect — so the key's state changes commit with it.
 pub trait Backend: sqlx::Database + Sized {
+    /// The longest scope and key, in bytes, the engine's key columns hold,
+    /// when narrower than [`MAX_INDEXED_BYTES`](crate::server::MAX_INDEXED_BYTES)
+    /// together: an instance whose bounds exceed them is refused when it is
+    /// built ([`ConfigError::KeyColumnsTooNarrow`](crate::server::ConfigError::KeyColumnsTooNarrow)).
+    const KEY_COLUMNS: Option<(usize, usize)> = None;
+
     /// Creates or upgrades the schema; safe to call from several processes at once.
     fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>>;
 

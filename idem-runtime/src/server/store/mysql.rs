@@ -22,6 +22,7 @@
 //!   database fault like any other: answered `503` with `Retry-After`,
 //!   never a final answer; the retry finds the first claim.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sqlx::Pool;
@@ -90,8 +91,30 @@ fn claimed(
     }
 }
 
-/// Prefixes a statement with its lock-wait bound.
+/// Whether the server takes MariaDB's `SET STATEMENT … FOR`: cleared by
+/// [`Store::connect_mysql`](crate::server::Store::connect_mysql) when it
+/// reaches MySQL, whose claims then wait for the session's
+/// `innodb_lock_wait_timeout`.
+static SET_STATEMENT: AtomicBool = AtomicBool::new(true);
+
+/// Notes whether the server, by its `VERSION()`, is MariaDB.
+pub(super) fn note_server(version: &str) {
+    if !version.contains("MariaDB") {
+        SET_STATEMENT.store(false, Ordering::Relaxed);
+        tracing::warn!(
+            version,
+            "the key store is MySQL, not MariaDB: a claim's wait behind a concurrent \
+             duplicate is bounded by the connections' innodb_lock_wait_timeout (50s by \
+             default), not by the route's duplicate wait"
+        );
+    }
+}
+
+/// Prefixes a statement with its lock-wait bound (MariaDB).
 fn bounded(statement: &str, wait: Duration) -> String {
+    if !SET_STATEMENT.load(Ordering::Relaxed) {
+        return statement.to_owned();
+    }
     format!(
         "SET STATEMENT innodb_lock_wait_timeout = {} FOR {statement}",
         wait_seconds(wait)
@@ -167,6 +190,10 @@ async fn apply(conn: &mut sqlx::MySqlConnection) -> Result<(), StoreError> {
 }
 
 impl Backend for MySql {
+    // `VARCHAR(600)` and `VARCHAR(2372)`, ASCII: with the step name's 100
+    // they fill InnoDB's 3,072-byte index.
+    const KEY_COLUMNS: Option<(usize, usize)> = Some((600, 2372));
+
     fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             // DDL commits on its own in MySQL: the run is serialised by a

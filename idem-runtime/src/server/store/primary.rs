@@ -30,13 +30,28 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, Postgres};
 use sqlx::{Connection as _, Executor as _, Pool, Row as _};
 
-use crate::server::clock::now_ms;
 use crate::server::error::StoreError;
 
-/// The last time (ms since epoch) any statement of this process was
-/// answered `25006`: every host-list store discards its connections opened
-/// before then.
+/// The last time (by [`clock_ms`]) any statement of this process was
+/// answered `25006` by PostgreSQL: every host-list store discards its
+/// connections opened before then.
 static READ_ONLY_SEEN: AtomicI64 = AtomicI64::new(0);
+
+/// Milliseconds on a monotonic clock, from the first call on: the unit of
+/// every time here, comparable with a connection's age (the wall clock can
+/// step back).
+fn clock_ms() -> i64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    // From 1: zero means "never".
+    i64::try_from(
+        START
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_millis(),
+    )
+    .unwrap_or(i64::MAX)
+    .saturating_add(1)
+}
 
 /// How long one host may take to answer whether it is the primary.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -48,9 +63,12 @@ const SEARCH_EVERY: Duration = Duration::from_millis(100);
 /// process writes to is no longer the primary.
 pub(crate) fn note(error: &sqlx::Error) {
     if let sqlx::Error::Database(db) = error
+        && db
+            .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+            .is_some()
         && db.code().as_deref() == Some("25006")
     {
-        READ_ONLY_SEEN.fetch_max(now_ms(), Ordering::Relaxed);
+        READ_ONLY_SEEN.fetch_max(clock_ms(), Ordering::Relaxed);
     }
 }
 
@@ -127,7 +145,7 @@ async fn writable(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
 pub(crate) struct Primary {
     hosts: Vec<PgConnectOptions>,
     current: AtomicUsize,
-    /// Connections opened before this (ms since epoch) are discarded.
+    /// Connections opened before this (by [`clock_ms`]) are discarded.
     discard_before: AtomicI64,
     /// The `25006` sighting already acted on.
     read_only_handled: AtomicI64,
@@ -158,7 +176,7 @@ impl Primary {
         let primary = Primary {
             hosts,
             current: AtomicUsize::new(index),
-            discard_before: AtomicI64::new(0),
+            discard_before: AtomicI64::new(i64::MIN),
             read_only_handled: AtomicI64::new(READ_ONLY_SEEN.load(Ordering::Relaxed)),
             wanted: AtomicBool::new(false),
             searching: AtomicBool::new(false),
@@ -200,15 +218,21 @@ impl Primary {
             })
     }
 
-    /// Whether a connection of `age` may be handed out.
-    fn keeps(&self, age: Duration) -> bool {
+    /// Takes in a `25006` seen since the last one: connections opened
+    /// before it are to be discarded, and the primary searched for.
+    fn take_read_only(&self) {
         let seen = READ_ONLY_SEEN.load(Ordering::Relaxed);
         if seen > self.read_only_handled.load(Ordering::Relaxed) {
             self.read_only_handled.fetch_max(seen, Ordering::Relaxed);
             self.discard_before.fetch_max(seen, Ordering::Relaxed);
             self.wanted.store(true, Ordering::Relaxed);
         }
-        let opened = now_ms() - i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+    }
+
+    /// Whether a connection of `age` may be handed out.
+    fn keeps(&self, age: Duration) -> bool {
+        self.take_read_only();
+        let opened = clock_ms().saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
         opened >= self.discard_before.load(Ordering::Relaxed)
     }
 
@@ -222,17 +246,22 @@ impl Primary {
     /// Searches the hosts for the primary in the background (at most one
     /// search at a time, one every 100ms), and points `pool` at it.
     pub(crate) fn search(self: &Arc<Self>, pool: &Pool<Postgres>) {
-        let now = now_ms();
+        let now = clock_ms();
         let spacing = i64::try_from(SEARCH_EVERY.as_millis()).unwrap_or(100);
-        if now - self.last_search.load(Ordering::Relaxed) < spacing
-            || self.searching.swap(true, Ordering::AcqRel)
-        {
+        let last = self.last_search.load(Ordering::Relaxed);
+        if (last != 0 && now - last < spacing) || self.searching.swap(true, Ordering::AcqRel) {
             return;
         }
         self.last_search.store(now, Ordering::Relaxed);
+        // A `25006` is taken in now, not only when a pooled connection is
+        // next handed out: it asks for this search and no other.
+        self.take_read_only();
         self.wanted.store(false, Ordering::Relaxed);
         let (primary, pool) = (Arc::clone(self), pool.clone());
         tokio::spawn(async move {
+            // Cleared however the task ends (a panic, a runtime shut down):
+            // a store that can never search again would never follow.
+            let _done = Searching(Arc::clone(&primary));
             let found = search(&primary.hosts).await;
             if let Some(index) = found
                 && primary.current.swap(index, Ordering::AcqRel) != index
@@ -240,7 +269,7 @@ impl Primary {
                 pool.set_connect_options(primary.hosts[index].clone());
                 primary
                     .discard_before
-                    .fetch_max(now_ms(), Ordering::Relaxed);
+                    .fetch_max(clock_ms(), Ordering::Relaxed);
                 tracing::warn!(
                     primary = %label(&primary.hosts[index]),
                     "the key store's primary moved; connections to the old one are discarded"
@@ -248,8 +277,16 @@ impl Primary {
             } else if found.is_none() {
                 tracing::debug!("no host of the key store's list accepts writes yet");
             }
-            primary.searching.store(false, Ordering::Release);
         });
+    }
+}
+
+/// Marks a search ended when dropped.
+struct Searching(Arc<Primary>);
+
+impl Drop for Searching {
+    fn drop(&mut self) {
+        self.0.searching.store(false, Ordering::Release);
     }
 }
 
@@ -309,7 +346,7 @@ mod tests {
         let primary = Primary {
             hosts: Vec::new(),
             current: AtomicUsize::new(0),
-            discard_before: AtomicI64::new(0),
+            discard_before: AtomicI64::new(i64::MIN),
             read_only_handled: AtomicI64::new(READ_ONLY_SEEN.load(Ordering::Relaxed)),
             wanted: AtomicBool::new(false),
             searching: AtomicBool::new(false),
@@ -317,7 +354,7 @@ mod tests {
         };
         assert!(primary.keeps(Duration::from_secs(60)));
         assert!(!primary.wanted());
-        READ_ONLY_SEEN.fetch_max(now_ms(), Ordering::Relaxed);
+        READ_ONLY_SEEN.fetch_max(clock_ms(), Ordering::Relaxed);
         assert!(primary.wanted());
         assert!(
             !primary.keeps(Duration::from_secs(60)),
