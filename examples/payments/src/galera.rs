@@ -427,7 +427,7 @@ pub async fn run(settings: &Settings) -> anyhow::Result<Vec<Outcome>> {
         provision(&alone).await?;
         let urls = vec![alone.url(); 3];
         for copies in [1, settings.copies] {
-            outcomes.push(charges(settings, &urls, copies, "MariaDB alone").await?);
+            outcomes.push(charges(settings, &urls, copies, "MariaDB alone", None).await?);
         }
     }
     for &scenario in &settings.scenarios {
@@ -438,11 +438,15 @@ pub async fn run(settings: &Settings) -> anyhow::Result<Vec<Outcome>> {
             Scenario::Duplicates => {
                 let mut both = Vec::new();
                 for copies in [1, settings.copies] {
-                    both.push(charges(settings, &urls, copies, "Galera, 3 nodes").await?);
+                    both.push(charges(settings, &urls, copies, "Galera, 3 nodes", None).await?);
                 }
                 Ok(both)
             }
-            Scenario::NodeKilled => node_killed(settings, &mut nodes).await.map(|o| vec![o]),
+            Scenario::NodeKilled => {
+                charges(settings, &urls, 1, "Galera, 3 nodes", Some(&mut nodes[2]))
+                    .await
+                    .map(|o| vec![o])
+            }
             Scenario::Payouts => payouts(settings, &mut nodes).await.map(|o| vec![o]),
         }
         .with_context(|| format!("the `{}` scenario", scenario.name()))?;
@@ -462,12 +466,15 @@ pub async fn run(settings: &Settings) -> anyhow::Result<Vec<Outcome>> {
 }
 
 /// Keyed charges over the servers at `urls`, each sent `copies` times at
-/// once with its key.
+/// once with its key; with `killed`, that node is SIGKILLed after
+/// `seconds` of load, started again 5 s later, and the load goes on for
+/// `seconds` once it has rejoined.
 async fn charges(
     settings: &Settings,
     urls: &[String],
     copies: usize,
     setup: &'static str,
+    killed: Option<&mut Node>,
 ) -> anyhow::Result<Outcome> {
     let bank = Bank::start().await?;
     let servers = Servers::start(urls, &bank).await?;
@@ -482,6 +489,14 @@ async fn charges(
         0,
     );
     tokio::time::sleep(Duration::from_secs(settings.seconds)).await;
+    let fault = killed.is_some();
+    if let Some(node) = killed {
+        node.kill().await?;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        node.start(&[]).await?;
+        node.synced(3).await?;
+        tokio::time::sleep(Duration::from_secs(settings.seconds)).await;
+    }
     let mut done = load.stop(0).await;
     let elapsed = started.elapsed();
     let unknown = done.pending.len();
@@ -489,53 +504,15 @@ async fn charges(
     let counted = load::count_charges(&urls[0], &account, &done.acked).await?;
     let mut outcome = Outcome {
         scenario: Some(Scenario::Duplicates),
-        label: if copies == 1 {
+        // A fault's row is named after its scenario.
+        label: if fault {
+            String::new()
+        } else if copies == 1 {
             "one copy of each charge".to_owned()
         } else {
             format!("{copies} copies of each charge over 3 servers")
         },
         setup,
-        calls: done.calls,
-        requests: done.sent,
-        per_second: done.calls as f64 / elapsed.as_secs_f64(),
-        duplicates: counted.duplicates,
-        lost: counted.lost,
-        stuck: counted.stuck,
-        unknown,
-        reconciled,
-        ..Outcome::default()
-    };
-    servers.finish(&mut outcome).await?;
-    Ok(outcome)
-}
-
-async fn node_killed(settings: &Settings, nodes: &mut [Node]) -> anyhow::Result<Outcome> {
-    let bank = Bank::start().await?;
-    let urls: Vec<String> = nodes.iter().map(Node::url).collect();
-    let servers = Servers::start(&urls, &bank).await?;
-    let account = format!("acct-{:08x}", rand::random::<u32>());
-    let started = Instant::now();
-    let load = Load::start(
-        Kind::Charge,
-        &servers.clients,
-        settings.workers,
-        &account,
-        1,
-        0,
-    );
-    tokio::time::sleep(Duration::from_secs(settings.seconds)).await;
-    nodes[2].kill().await?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    nodes[2].start(&[]).await?;
-    nodes[2].synced(3).await?;
-    tokio::time::sleep(Duration::from_secs(settings.seconds)).await;
-    let mut done = load.stop(0).await;
-    let elapsed = started.elapsed();
-    let unknown = done.pending.len();
-    let reconciled = load::reconcile(&servers.clients[0], Kind::Charge, &account, &mut done).await;
-    let counted = load::count_charges(&urls[0], &account, &done.acked).await?;
-    let mut outcome = Outcome {
-        setup: "Galera, 3 nodes",
         calls: done.calls,
         requests: done.sent,
         per_second: done.calls as f64 / elapsed.as_secs_f64(),

@@ -122,7 +122,7 @@ const STEP_ORDER: &str =
 const SCOPES_HOLDING: &str =
     "SELECT scope FROM idem_keys WHERE idem_key = $1 ORDER BY created_at LIMIT $2";
 
-const BY_STATE: &str = "SELECT state, operation, COUNT(*) FROM idem_keys \
+pub(super) const BY_STATE: &str = "SELECT state, operation, COUNT(*) FROM idem_keys \
      GROUP BY state, operation ORDER BY state, operation";
 
 const REAPABLE: &str = "SELECT state, COUNT(*) FROM idem_keys WHERE created_at < $1 \
@@ -146,8 +146,33 @@ pub(super) fn order_steps(steps: &mut [StepRecord], order: &[(String, i64)]) {
     steps.sort_by_key(|s| (at(&s.step), s.status == StepStatus::Intent, s.step.clone()));
 }
 
-pub(super) fn state_of(value: &str) -> Result<KeyState, StoreError> {
-    KeyState::parse(value)
+/// The filter of the in-flight record claimed longest ago.
+pub(super) const OLDEST_IN_FLIGHT: ListFilter = ListFilter {
+    state: Some(KeyState::InFlight),
+    operation: None,
+    claimed_before: None,
+    limit: 1,
+};
+
+/// [`KeyStats`] from what [`Inspect::stats`] read: `(state, operation,
+/// count)` rows, the oldest in-flight record, `(state, count)` rows of what
+/// the reaper deletes.
+pub(super) fn key_stats(
+    by_state: Vec<(String, Option<String>, i64)>,
+    oldest_in_flight: Option<KeyRecord>,
+    reapable: Vec<(String, i64)>,
+) -> Result<KeyStats, StoreError> {
+    Ok(KeyStats {
+        by_state: by_state
+            .into_iter()
+            .map(|(state, op, n)| Ok((KeyState::parse(&state)?, op, n)))
+            .collect::<Result<_, StoreError>>()?,
+        oldest_in_flight,
+        reapable: reapable
+            .into_iter()
+            .map(|(state, n)| Ok((KeyState::parse(&state)?, n)))
+            .collect::<Result<_, StoreError>>()?,
+    })
 }
 
 macro_rules! impl_inspect {
@@ -265,36 +290,22 @@ macro_rules! impl_inspect {
                     // One transaction per read: behind a transaction pooler,
                     // an unnamed statement is only safe inside one.
                     let mut tx = pool.begin().await?;
-                    let rows: Vec<(String, Option<String>, i64)> = sqlx::query_as(BY_STATE)
+                    let by_state: Vec<(String, Option<String>, i64)> = sqlx::query_as(BY_STATE)
                         .persistent($named)
                         .fetch_all(&mut *tx)
                         .await?;
-                    let by_state = rows
-                        .into_iter()
-                        .map(|(state, op, n)| Ok((state_of(&state)?, op, n)))
-                        .collect::<Result<_, StoreError>>()?;
-                    let filter = ListFilter {
-                        state: Some(KeyState::InFlight),
-                        limit: 1,
-                        ..ListFilter::default()
-                    };
                     tx.commit().await?;
-                    let oldest_in_flight = Self::list(pool, &filter).await?.into_iter().next();
+                    let oldest_in_flight = Self::list(pool, &OLDEST_IN_FLIGHT)
+                        .await?
+                        .into_iter()
+                        .next();
                     let mut tx = pool.begin().await?;
-                    let rows: Vec<(String, i64)> = sqlx::query_as(REAPABLE)
+                    let reapable: Vec<(String, i64)> = sqlx::query_as(REAPABLE)
                         .persistent($named)
                         .bind(reap_before)
                         .fetch_all(&mut *tx)
                         .await?;
-                    let reapable = rows
-                        .into_iter()
-                        .map(|(state, n)| Ok((state_of(&state)?, n)))
-                        .collect::<Result<_, StoreError>>()?;
-                    Ok(KeyStats {
-                        by_state,
-                        oldest_in_flight,
-                        reapable,
-                    })
+                    key_stats(by_state, oldest_in_flight, reapable)
                 })
             }
 

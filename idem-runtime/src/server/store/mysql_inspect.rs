@@ -7,7 +7,10 @@ use sqlx::mysql::MySql;
 use crate::server::error::StoreError;
 
 use super::backend::Backend;
-use super::inspect::{Inspect, Inspected, KeyStats, ListFilter, Schema, order_steps, state_of};
+use super::inspect::{
+    BY_STATE, Inspect, Inspected, KeyStats, ListFilter, OLDEST_IN_FLIGHT, Schema, key_stats,
+    order_steps,
+};
 use super::mysql::{COLUMNS, MYSQL_SCHEMA_VERSION};
 use super::records::{BoxFuture, KeyRecord, KeyState};
 use super::sql::record_from_row;
@@ -122,38 +125,19 @@ impl Inspect for MySql {
 
     fn stats(pool: &Pool<Self>, reap_before: i64) -> BoxFuture<'_, Result<KeyStats, StoreError>> {
         Box::pin(async move {
-            let rows: Vec<(String, Option<String>, i64)> = sqlx::query_as(
-                "SELECT state, operation, COUNT(*) FROM idem_keys \
-                 GROUP BY state, operation ORDER BY state, operation",
-            )
-            .fetch_all(pool)
-            .await?;
-            let by_state = rows
+            let by_state = sqlx::query_as(BY_STATE).fetch_all(pool).await?;
+            let oldest_in_flight = Self::list(pool, &OLDEST_IN_FLIGHT)
+                .await?
                 .into_iter()
-                .map(|(state, op, n)| Ok((state_of(&state)?, op, n)))
-                .collect::<Result<_, StoreError>>()?;
-            let filter = ListFilter {
-                state: Some(KeyState::InFlight),
-                limit: 1,
-                ..ListFilter::default()
-            };
-            let oldest_in_flight = Self::list(pool, &filter).await?.into_iter().next();
-            let rows: Vec<(String, i64)> = sqlx::query_as(
+                .next();
+            let reapable = sqlx::query_as(
                 "SELECT state, COUNT(*) FROM idem_keys WHERE created_at < ? \
                  GROUP BY state ORDER BY state",
             )
             .bind(reap_before)
             .fetch_all(pool)
             .await?;
-            let reapable = rows
-                .into_iter()
-                .map(|(state, n)| Ok((state_of(&state)?, n)))
-                .collect::<Result<_, StoreError>>()?;
-            Ok(KeyStats {
-                by_state,
-                oldest_in_flight,
-                reapable,
-            })
+            key_stats(by_state, oldest_in_flight, reapable)
         })
     }
 
