@@ -157,6 +157,21 @@ pub fn allow_attribute(inner: bool) -> String {
     out
 }
 
+/// Each operation's place on the generated client, in the order of
+/// `model.operations`: its group's accessor and its method there
+/// (`("charges", "create")` for `client.charges().create(…)`).
+pub fn client_method_names(model: &Model) -> Vec<(String, String)> {
+    let mut names = vec![(String::new(), String::new()); model.operations.len()];
+    for group in client::groups(model) {
+        for (op, method) in group.ops.iter().zip(client::member_names(&group)) {
+            if let Some(at) = model.operations.iter().position(|o| std::ptr::eq(o, *op)) {
+                names[at] = (group.key.clone(), method);
+            }
+        }
+    }
+    names
+}
+
 /// Generates what `options` asks for from `model`.
 pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateError> {
     let mut space = types::TypeSpace::new(model);

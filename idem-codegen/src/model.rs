@@ -13,6 +13,7 @@ use crate::vocab::{
 };
 
 mod build;
+mod names;
 pub mod schema;
 pub(crate) mod select;
 

@@ -4,6 +4,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// The value after `--name` in `args`.
+pub fn option(args: &[String], name: &str) -> Option<String> {
+    let at = args.iter().position(|a| a == name)?;
+    args.get(at + 1).cloned()
+}
+
 /// This process's peak resident memory (`VmHWM`) in KiB; 0 where
 /// `/proc/self/status` is unavailable.
 pub fn peak_rss_kib() -> u64 {

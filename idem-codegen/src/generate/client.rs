@@ -21,7 +21,7 @@ mod responses;
 pub(super) use bodies::body_required;
 use bodies::{BodyArg, request_body};
 pub(super) use encoding::{Encoding, encoding_name, encoding_of};
-use groups::{groups, member_names};
+pub(super) use groups::{groups, member_names};
 use responses::{number, responses};
 pub(super) use responses::{response_shape, status_variant};
 

@@ -166,6 +166,7 @@ impl<'d> Builder<'d, '_> {
                 }
             }
         }
+        super::names::tidy(&mut operations);
         root.prose.sort_by_key(|p| p.pos);
         root.prose.dedup_by_key(|p| p.pos);
         self.schemas.components();

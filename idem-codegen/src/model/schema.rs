@@ -198,6 +198,8 @@ pub enum NumberFormat {
 /// How deep inline schemas may nest before the rest is taken as free-form.
 const MAX_DEPTH: usize = 64;
 
+mod combine;
+
 /// Builds schemas from the document, naming each `$ref` target once.
 ///
 /// A reference only registers its target; targets are built from a work
@@ -230,7 +232,7 @@ impl<'d> SchemaBuilder<'d> {
         self.schemas
     }
 
-    fn ensure_built(&mut self, id: SchemaRef, depth: usize) {
+    pub(super) fn ensure_built(&mut self, id: SchemaRef, depth: usize) {
         if self.built.get(id.0).copied().unwrap_or(true) {
             return;
         }
@@ -350,9 +352,12 @@ impl<'d> SchemaBuilder<'d> {
         if let Some(values) = node.get("enum").and_then(Node::as_seq) {
             return enum_kind(values, &mut schema.nullable);
         }
-        for combinator in ["oneOf", "anyOf"] {
-            if let Some(parts) = node.get(combinator).and_then(Node::as_seq) {
-                return self.one_of(node, parts, depth, &mut schema.nullable);
+        // A `oneOf` beside an `allOf` is one more part of the `allOf`.
+        if node.get("allOf").is_none() {
+            for combinator in ["oneOf", "anyOf"] {
+                if let Some(parts) = node.get(combinator).and_then(Node::as_seq) {
+                    return self.one_of(node, parts, depth, &mut schema.nullable);
+                }
             }
         }
         if let Some(parts) = node.get("allOf").and_then(Node::as_seq) {
@@ -380,12 +385,14 @@ impl<'d> SchemaBuilder<'d> {
             }
         }
         if non_null.len() > 1 {
-            return Kind::Unsupported(format!(
-                "a value of several types ({})",
-                non_null.join(", ")
-            ));
+            return self.several_types(node, &non_null, depth, schema);
         }
-        match non_null.first().copied().unwrap_or("object") {
+        self.typed(node, non_null.first().copied().unwrap_or("object"), depth)
+    }
+
+    /// The kind of `node` read as a value of JSON type `ty`.
+    fn typed(&mut self, node: &'d Node, ty: &str, depth: usize) -> Kind {
+        match ty {
             "string" => Kind::String(string_format(node)),
             "integer" => Kind::Integer(integer_format(node)),
             "number" => Kind::Number(match format_of(node) {
@@ -521,6 +528,14 @@ impl<'d> SchemaBuilder<'d> {
         schema: &mut Schema,
     ) -> Kind {
         let mut built: Vec<Schema> = parts.iter().map(|p| self.build(p, depth + 1)).collect();
+        for combinator in ["oneOf", "anyOf"] {
+            if let Some(variants) = node.get(combinator).and_then(Node::as_seq) {
+                let mut part = plain(Kind::Any, node.pos);
+                part.kind = self.one_of(node, variants, depth, &mut part.nullable);
+                built.push(part);
+                break;
+            }
+        }
         // Keywords beside `allOf` are one more part.
         if node.get("properties").is_some() {
             let mut own = plain(Kind::Any, node.pos);
@@ -579,15 +594,15 @@ impl<'d> SchemaBuilder<'d> {
             annotate_from(schema, &only);
             return only.kind;
         }
-        match self.merge(&built) {
-            Some(object) => Kind::Object(object),
-            None => Kind::AllOf(built),
+        if let Some(object) = self.merge(&built) {
+            return Kind::Object(object);
         }
+        self.distribute(&built, depth).unwrap_or(Kind::AllOf(built))
     }
 
     /// One object from parts that are all objects (through references),
     /// or `None`.
-    fn merge(&self, parts: &[Schema]) -> Option<Object> {
+    pub(super) fn merge(&self, parts: &[Schema]) -> Option<Object> {
         // `additionalProperties: false` in one part of an `allOf` would
         // forbid the other parts' properties; the merge is left open.
         let mut merged = Object {
@@ -629,7 +644,7 @@ impl<'d> SchemaBuilder<'d> {
     }
 }
 
-fn plain(kind: Kind, pos: Pos) -> Schema {
+pub(super) fn plain(kind: Kind, pos: Pos) -> Schema {
     Schema {
         kind,
         nullable: false,

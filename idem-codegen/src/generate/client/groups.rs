@@ -18,7 +18,7 @@ use super::super::naming::{self, Namer};
 use crate::model::{Model, Operation};
 
 /// One group: its key (a snake-case name) and operations.
-pub(super) struct Group<'m> {
+pub(crate) struct Group<'m> {
     pub key: String,
     /// What the group is, for docs: "the `charges` tag", "`/v1/charges`".
     pub origin: String,
@@ -27,7 +27,7 @@ pub(super) struct Group<'m> {
 
 /// The operations of `model` by group, groups by key, operations by path
 /// and method.
-pub(super) fn groups(model: &Model) -> Vec<Group<'_>> {
+pub(crate) fn groups(model: &Model) -> Vec<Group<'_>> {
     let mut by_key: BTreeMap<String, Group<'_>> = BTreeMap::new();
     for op in &model.operations {
         let (raw, origin) = match op.tags.first() {
@@ -88,7 +88,7 @@ fn is_version(segment: &str) -> bool {
 
 /// The method name of each operation of `group`, in order; unique within
 /// the group.
-pub(super) fn member_names(group: &Group<'_>) -> Vec<String> {
+pub(crate) fn member_names(group: &Group<'_>) -> Vec<String> {
     let choices: Vec<Vec<String>> = group.ops.iter().map(|op| short_names(op, group)).collect();
     let tally = |names: &[Option<String>]| {
         let mut count: BTreeMap<String, usize> = BTreeMap::new();
@@ -178,7 +178,8 @@ fn short_names(op: &Operation, group: &Group<'_>) -> Vec<String> {
     let names = if words.first() == Some(&method) && words[1..] == path_words(&op.path)[..] {
         from_path(op, &group.key).into_iter().collect()
     } else {
-        match without_group(&words, &group.key) {
+        let loose = op.operation_id.as_ref().is_some_and(|id| *id != op.name);
+        match without_group(&words, &group.key, loose) {
             None => Vec::new(),
             Some(stripped) => {
                 let shorter = without_selector(&words, &group.key);
@@ -226,16 +227,33 @@ fn path_words(path: &str) -> Vec<String> {
 
 /// `words` without the group's words (or their singular), where they
 /// occur together; `None` when nothing is left or nothing was removed.
-fn without_group(words: &[String], key: &str) -> Option<String> {
+/// `loose`, for a name already shortened from a FastAPI- or Google-shaped
+/// operationId, also takes the plural and, in a group of several words,
+/// its last word alone.
+fn without_group(words: &[String], key: &str, loose: bool) -> Option<String> {
     let group = word_list(key);
     if group.is_empty() {
         return None;
     }
-    let mut singular = group.clone();
-    if let Some(last) = singular.last_mut() {
-        *last = singularize(last);
-    }
-    for needle in [&group, &singular] {
+    let with_last = |f: fn(&str) -> String| {
+        let mut words = group.clone();
+        if let Some(last) = words.last_mut() {
+            *last = f(last);
+        }
+        words
+    };
+    let (singular, plural) = (with_last(singularize), with_last(pluralize));
+    // The whole group's words (`message_attempt`), else, for a group of
+    // several words, its last (`list_attempts_by_msg` on `message_attempt`).
+    let last: Vec<Vec<String>> = match group.split_last() {
+        Some((_, rest)) if loose && !rest.is_empty() => [&group, &singular, &plural]
+            .iter()
+            .filter_map(|g| g.last().map(|w| vec![w.clone()]))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let plural = [&plural].into_iter().filter(|_| loose);
+    for needle in [&group, &singular].into_iter().chain(plural).chain(&last) {
         if let Some(at) = words.windows(needle.len()).position(|w| w == &needle[..]) {
             let (head, tail) = (&words[..at], &words[at + needle.len()..]);
             let rest: Vec<&str> = head.iter().chain(tail).map(String::as_str).collect();
@@ -243,6 +261,22 @@ fn without_group(words: &[String], key: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// The plural of a singular noun, for matching: `application` →
+/// `applications`, `policy` → `policies`; a plural stays.
+fn pluralize(word: &str) -> String {
+    if singularize(word) != word {
+        word.to_owned()
+    } else if let Some(stem) = word.strip_suffix('y')
+        && !stem.ends_with(['a', 'e', 'o', 'u'])
+    {
+        format!("{stem}ies")
+    } else if word.ends_with("ss") || word.ends_with('x') || word.ends_with("ch") {
+        format!("{word}es")
+    } else {
+        format!("{word}s")
+    }
 }
 
 /// Where the group's words were taken from the middle of `words` and what
@@ -447,23 +481,23 @@ mod tests {
     fn a_group_drops_its_own_words() {
         let words = |s: &str| word_list(s);
         assert_eq!(
-            without_group(&words("createCharge"), "charges").as_deref(),
+            without_group(&words("createCharge"), "charges", false).as_deref(),
             Some("create")
         );
         assert_eq!(
-            without_group(&words("listCharges"), "charges").as_deref(),
+            without_group(&words("listCharges"), "charges", false).as_deref(),
             Some("list")
         );
         assert_eq!(
-            without_group(&words("repos/create-fork"), "repos").as_deref(),
+            without_group(&words("repos/create-fork"), "repos", false).as_deref(),
             Some("create_fork")
         );
         assert_eq!(
-            without_group(&words("createLegacyCharge"), "legacy_charges").as_deref(),
+            without_group(&words("createLegacyCharge"), "legacy_charges", false).as_deref(),
             Some("create")
         );
-        assert_eq!(without_group(&words("slow"), "slow"), None);
-        assert_eq!(without_group(&words("health"), "orders"), None);
+        assert_eq!(without_group(&words("slow"), "slow", false), None);
+        assert_eq!(without_group(&words("health"), "orders", false), None);
         assert_eq!(
             without_selector(&words("DownloadFileByID"), "files").as_deref(),
             Some("download")
@@ -473,9 +507,24 @@ mod tests {
             Some("get_details")
         );
         assert_eq!(
-            without_group(&words("instance_view_by_id"), "instances").as_deref(),
+            without_group(&words("instance_view_by_id"), "instances", false).as_deref(),
             Some("view_by_id")
         );
+        assert_eq!(
+            without_group(&words("list_applications"), "application", true).as_deref(),
+            Some("list")
+        );
+        assert_eq!(
+            without_group(&words("list_attempts_by_msg"), "message_attempt", true).as_deref(),
+            Some("list_by_msg")
+        );
+        assert_eq!(
+            without_group(&words("list_applications"), "application", false),
+            None
+        );
+        assert_eq!(pluralize("policy"), "policies");
+        assert_eq!(pluralize("key"), "keys");
+        assert_eq!(pluralize("charges"), "charges");
         assert_eq!(singularize("policies"), "policy");
         assert_eq!(singularize("address"), "address");
     }

@@ -357,12 +357,18 @@ impl TypeSpace<'_> {
                     if stmts.is_empty() {
                         rest = true;
                     } else {
-                        let stmts = block(&stmts);
-                        arms.push(quote!(Self::#vi(value) => { #stmts }));
+                        arms.push((quote!(Self::#vi(value)), block(&stmts)));
                     }
                 }
-                let rest = rest.then(|| quote!(_ => {}));
-                quote!(match self { #(#arms)* #rest })
+                match arms.as_slice() {
+                    // One variant with checks: `if let`, as clippy asks.
+                    [(pattern, stmts)] if rest => quote!(if let #pattern = self { #stmts }),
+                    _ => {
+                        let arms = arms.iter().map(|(p, s)| quote!(#p => { #s }));
+                        let rest = rest.then(|| quote!(_ => {}));
+                        quote!(match self { #(#arms)* #rest })
+                    }
+                }
             }
             Body::Newtype(ty) => block(&self.check_value(ty, &def.checks, &quote!(&self.0))),
             _ => TokenStream::new(),
