@@ -233,7 +233,8 @@ pub enum PaginationExt {
         cursor: Option<String>,
         /// The query parameter the cursor, the last id or the offset goes in.
         param: Option<String>,
-        /// `after-last`: the body's "more pages" flag.
+        /// `after-last`: the body's "more pages" flag; `page`: its page
+        /// count (`total_pages`, `last_page`) or "has a next page" flag.
         more: Option<String>,
         /// `offset`: the page-size query parameter.
         limit: Option<String>,
@@ -252,14 +253,18 @@ pub enum PageStyle {
     Link,
     /// An offset advanced by each page's item count.
     Offset,
+    /// A page number advanced by one; `more` names the body's page count
+    /// or "has a next page" flag.
+    Page,
 }
 
 impl PageStyle {
-    const ALL: [PageStyle; 4] = [
+    const ALL: [PageStyle; 5] = [
         PageStyle::Cursor,
         PageStyle::AfterLast,
         PageStyle::Link,
         PageStyle::Offset,
+        PageStyle::Page,
     ];
 
     fn parse(text: &str) -> Option<PageStyle> {
@@ -274,6 +279,7 @@ impl std::fmt::Display for PageStyle {
             PageStyle::AfterLast => "after-last",
             PageStyle::Link => "link",
             PageStyle::Offset => "offset",
+            PageStyle::Page => "page",
         })
     }
 }
@@ -486,14 +492,14 @@ impl Reader<'_> {
             self.error(
                 node.pos,
                 "`x-pagination` names no `style`".into(),
-                Some("one of cursor, after-last, link, offset".into()),
+                Some("one of cursor, after-last, link, offset, page".into()),
             );
             return None;
         };
         let needs: &[(&str, bool)] = match style.value {
             PageStyle::Cursor => &[("cursor", cursor.is_some()), ("param", param.is_some())],
             PageStyle::AfterLast => &[("param", param.is_some())],
-            PageStyle::Offset => &[("param", param.is_some())],
+            PageStyle::Offset | PageStyle::Page => &[("param", param.is_some())],
             PageStyle::Link => &[],
         };
         for (field, given) in needs {

@@ -78,6 +78,15 @@ pub enum NextPage {
         param: &'static str,
         limit: Option<&'static str>,
     },
+    /// `param` numbers the pages (absent: the first, page 1); the next page
+    /// is the one after. The body at `last` says when to stop: a page
+    /// count (`/total_pages`, `/last_page`) the page number has reached,
+    /// or a flag that is false (`/has_next`). An empty page is the last
+    /// either way.
+    PageNumber {
+        param: &'static str,
+        last: Option<&'static str>,
+    },
 }
 
 /// Where a listing continues: the first page, a query parameter's value,
@@ -344,6 +353,25 @@ fn next_page(
             Some(Resume::Query {
                 param,
                 value: offset.to_string(),
+            })
+        }
+        NextPage::PageNumber { param, last } => {
+            if items.is_empty() {
+                return None;
+            }
+            let page = url
+                .query_pairs()
+                .find(|(k, _)| k == param)
+                .and_then(|(_, v)| v.parse::<u64>().ok())
+                .unwrap_or(1);
+            let done = match last.and_then(|at| body.pointer(at)) {
+                Some(Value::Bool(more)) => !more,
+                Some(Value::Number(pages)) => pages.as_u64().is_some_and(|n| page >= n),
+                _ => false,
+            };
+            (!done).then(|| Resume::Query {
+                param,
+                value: (page + 1).to_string(),
             })
         }
     }

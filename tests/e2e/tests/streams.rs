@@ -5,7 +5,7 @@
 )]
 //! The client generated from `fixtures/streams.yaml` against a loopback
 //! server: each list pages itself (Stripe's list object, a body cursor,
-//! `Link` headers, dropshot, an `x-pagination` override) through a `503`
+//! `Link` headers, dropshot, page numbers, `x-pagination` overrides) through a `503`
 //! mid-way, the completion streams typed events, and the download is read
 //! chunk by chunk.
 
@@ -20,8 +20,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::StreamExt as _;
 use idem_e2e::streams::{
-    Client, CreateChatCompletionRequest, InstanceListParams, ListCustomersParams, ListEventsParams,
-    ListLogsParams, ListReposParams,
+    Client, CreateChatCompletionRequest, InstanceListParams, ListArticlesParams,
+    ListCustomersParams, ListEventsParams, ListInvoicesParams, ListLogsParams, ListReposParams,
 };
 use serde_json::{Value, json};
 
@@ -171,6 +171,44 @@ async fn serve() -> (String, Arc<AtomicUsize>) {
             }),
         )
         .route(
+            "/invoices",
+            get({
+                let once = once.clone();
+                move |Query(q): Params| async move {
+                    let page = num(&q, "page").max(1);
+                    if let Some(busy) = once.busy((page - 1) * PAGE) {
+                        return busy;
+                    }
+                    let total_pages = TOTAL.div_ceil(PAGE);
+                    if page > total_pages {
+                        return (StatusCode::NOT_FOUND, "past the last page").into_response();
+                    }
+                    let results: Vec<Value> = ids((page - 1) * PAGE)
+                        .0
+                        .iter()
+                        .map(|i| json!({"number": i}))
+                        .collect();
+                    axum::Json(json!({"results": results, "page": page, "total_pages": total_pages}))
+                        .into_response()
+                }
+            }),
+        )
+        .route(
+            "/articles",
+            get({
+                let once = once.clone();
+                move |Query(q): Params| async move {
+                    let start = (num(&q, "p").max(1) - 1) * PAGE;
+                    if let Some(busy) = once.busy(start) {
+                        return busy;
+                    }
+                    let (page, more) = ids(start);
+                    let articles: Vec<String> = page.iter().map(|i| format!("a{i}")).collect();
+                    axum::Json(json!({"articles": articles, "more": more})).into_response()
+                }
+            }),
+        )
+        .route(
             "/chat/completions",
             post({
                 let streamed = Arc::clone(&streamed);
@@ -255,6 +293,28 @@ async fn every_list_pages_itself_once_through_a_503() {
     assert_eq!(
         instances,
         (0..TOTAL).map(|i| format!("vm{i}")).collect::<Vec<_>>()
+    );
+
+    // Page numbers: the count in the body ends the walk (3 pages of 8
+    // invoices), and no fourth page is asked for.
+    let invoices: Vec<i64> = client
+        .invoices()
+        .list(&ListInvoicesParams::default())
+        .paginate()
+        .map(|i| i.unwrap().number)
+        .collect()
+        .await;
+    assert_eq!(invoices, (0..TOTAL as i64).collect::<Vec<_>>());
+    let articles: Vec<String> = client
+        .articles()
+        .list(&ListArticlesParams::default())
+        .paginate()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(
+        articles,
+        (0..TOTAL).map(|i| format!("a{i}")).collect::<Vec<_>>()
     );
 
     let params = ListLogsParams {

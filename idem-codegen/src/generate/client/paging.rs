@@ -11,6 +11,9 @@
 //!   `nextPageToken`, `next_token`, `cursor`; a string) and the query
 //!   parameter it feeds (`cursor`, `page_token`, `pageToken`, `next_token`,
 //!   `after`, `page`), as Stripe's search lists do;
+//! - a `page` query parameter and, in the body, where the pages end: a
+//!   page count (`total_pages`, `totalPages`, `last_page`, `lastPage`) or a
+//!   boolean `has_next` (`hasNext`);
 //! - a documented `Link` response header (RFC 8288), followed as given;
 //! - `offset` and `limit` query parameters.
 
@@ -48,6 +51,11 @@ pub(crate) enum Next {
         param: String,
         limit: Option<String>,
     },
+    Page {
+        param: String,
+        /// A pointer to the body's page count or "has a next page" flag.
+        last: Option<String>,
+    },
 }
 
 impl Paging {
@@ -69,6 +77,13 @@ impl Paging {
                 };
                 quote!(::idem_runtime::client::NextPage::Offset { param: #param, limit: #limit })
             }
+            Next::Page { param, last } => {
+                let last = match last {
+                    Some(l) => quote!(::std::option::Option::Some(#l)),
+                    None => quote!(::std::option::Option::None),
+                };
+                quote!(::idem_runtime::client::NextPage::PageNumber { param: #param, last: #last })
+            }
         };
         quote!(::idem_runtime::client::PageSpec { items: #items, next: #next })
     }
@@ -87,6 +102,16 @@ impl Paging {
             Next::Link => "the `Link` header's `rel=\"next\"` URL is followed".to_owned(),
             Next::Offset { param, .. } => {
                 format!("`{param}` advances by each page's item count")
+            }
+            Next::Page { param, last } => {
+                let end = match last {
+                    Some(last) => format!(
+                        ", until `{}` says it was the last",
+                        last.trim_start_matches('/')
+                    ),
+                    None => ", until a page comes back empty".to_owned(),
+                };
+                format!("`{param}` counts pages, one more each time{end}")
             }
         }
     }
@@ -215,6 +240,20 @@ pub(crate) fn recognise(model: &Model, op: &Operation) -> Result<Option<Paging>,
             )),
         };
     }
+    if has("page")
+        && let Some(last) = PAGE_ENDS.iter().find(|(name, flag)| {
+            prop(name).is_some_and(|s| match s.kind {
+                Kind::Boolean => *flag,
+                Kind::Integer(_) => !*flag,
+                _ => false,
+            })
+        })
+    {
+        return paging(Next::Page {
+            param: "page".into(),
+            last: Some(format!("/{}", last.0)),
+        });
+    }
     let link = success
         .header_specs
         .iter()
@@ -233,6 +272,17 @@ pub(crate) fn recognise(model: &Model, op: &Operation) -> Result<Option<Paging>,
     }
     Ok(None)
 }
+
+/// Where a page-numbered list says it ends: the body property, and whether
+/// it is a "has a next page" flag (else a page count).
+const PAGE_ENDS: &[(&str, bool)] = &[
+    ("total_pages", false),
+    ("totalPages", false),
+    ("last_page", false),
+    ("lastPage", false),
+    ("has_next", true),
+    ("hasNext", true),
+];
 
 /// The paging `x-pagination` declares, checked against the body it names.
 fn declared(model: &Model, body: &Schema, on: &PaginationExt) -> Result<Option<Paging>, NotPaged> {
@@ -279,6 +329,10 @@ fn declared(model: &Model, body: &Schema, on: &PaginationExt) -> Result<Option<P
         PageStyle::Offset => Next::Offset {
             param,
             limit: limit.clone(),
+        },
+        PageStyle::Page => Next::Page {
+            param,
+            last: more.clone().map(|m| format!("/{m}")),
         },
     };
     Ok(Some(Paging {
