@@ -57,6 +57,7 @@ mod scope;
 mod status;
 mod store;
 pub mod support;
+mod upload;
 
 pub use config::{
     BODY_KEY_FIELD, ClaimAt, DEFAULT_SCOPE_MAX_LENGTH, DEFAULT_STATUS_PREFIX, DEFAULT_STORE_WAIT,

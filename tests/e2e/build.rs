@@ -22,6 +22,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("docs-hostile.yaml", "docs_hostile", true),
         // Lists that page in each common way, server-sent events, a download.
         ("streams.yaml", "streams", false),
+        // Raw-byte bodies the handler reads as they arrive.
+        ("uploads.yaml", "uploads", false),
     ] {
         Config::new()
             .server(true)

@@ -32,7 +32,9 @@ mod phased;
 mod replies;
 mod wiring;
 
-use inputs::{InputField, acceptable_check, http_header_name, media_check, request_body};
+use inputs::{
+    InputField, acceptable_check, http_header_name, media_check, request_body, takes_upload,
+};
 use phased::phased;
 use replies::reply_enum;
 use wiring::{Wiring, rt, wiring};
@@ -237,7 +239,9 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     );
     let input_ident =
         (!fields.is_empty()).then(|| ident(&space.namer.unique(&format!("{camel}Input"))));
+    let upload = takes_upload(op, wiring);
     let reading = Reading {
+        upload,
         media,
         accept,
         validate,
@@ -284,6 +288,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                 &http_method,
                 &method_ident,
                 input_pass.as_ref().map(|_| &reader),
+                upload,
             ),
         ),
         Wiring::Keyed => {
@@ -304,6 +309,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                     scoped,
                     read_input: &read_input_unclaimed,
                     args: input_pass.iter().map(|p| quote!(, #p)).collect(),
+                    upload,
                 }),
             )
         }
@@ -365,12 +371,20 @@ fn plain_route(
     http_method: &proc_macro2::Ident,
     method: &proc_macro2::Ident,
     reader: Option<&proc_macro2::Ident>,
+    upload: bool,
 ) -> TokenStream {
     let rt = rt();
     let routing = quote!(::idem_runtime::axum::routing);
     let template = &op.path;
     let args = reader.map(|_| quote!(, input));
-    let limit = quote!(#rt::support::DEFAULT_BODY_LIMIT);
+    // An upload is capped by the policy's `max_request_body` (it is read
+    // as it arrives); other bodies, read whole, by the default cap.
+    let read = if upload {
+        quote!(#rt::support::Inbound::read_upload(request, #template, limit))
+    } else {
+        quote!(#rt::support::Inbound::read(request, #template, #rt::support::DEFAULT_BODY_LIMIT).await)
+    };
+    let limit = upload.then(|| quote!(let limit = idem.policy().max_request_body_bytes();));
     let read_input = match reader {
         Some(reader) => quote! {
             let input = match #reader(&inbound).await {
@@ -404,9 +418,10 @@ fn plain_route(
     quote! {{
         let api = ::std::sync::Arc::clone(&api);
         #scope_clone
+        #limit
         #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| #rt::observed(#name, async move {
             use ::idem_runtime::axum::response::IntoResponse as _;
-            let inbound = match #rt::support::Inbound::read(request, #template, #limit).await {
+            let inbound = match #read {
                 ::std::result::Result::Ok(inbound) => inbound,
                 ::std::result::Result::Err(rejection) => return rejection.into_response(),
             };
@@ -429,6 +444,8 @@ struct KeyedRoute<'r> {
     read_input: &'r TokenStream,
     /// `, input` when the operation has inputs.
     args: TokenStream,
+    /// The body is an upload: spooled while it is fingerprinted.
+    upload: bool,
 }
 
 /// A keyed operation's route: the key read, the inputs read before the
@@ -446,13 +463,19 @@ fn keyed_route(r: &KeyedRoute<'_>) -> TokenStream {
         scoped,
         read_input,
         args,
+        upload,
     } = r;
+    let read = if *upload {
+        quote!(read_keyed_upload)
+    } else {
+        quote!(read_keyed)
+    };
     quote! {{
         let api = ::std::sync::Arc::clone(&api);
         let idem = idem #scoped .with_policy(#policy)?;
         #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| #rt::observed(#name, async move {
             use ::idem_runtime::axum::response::IntoResponse as _;
-            let keyed = match idem.read_keyed(request, #template).await {
+            let keyed = match idem.#read(request, #template).await {
                 ::std::result::Result::Ok(keyed) => keyed,
                 ::std::result::Result::Err(refusal) => return refusal,
             };
@@ -474,6 +497,8 @@ fn keyed_route(r: &KeyedRoute<'_>) -> TokenStream {
 /// What the input reader checks around reading the fields: the media
 /// type, `Accept`, and the deferred schema checks.
 struct Reading<'r> {
+    /// The body is an upload, read by the handler as it arrives.
+    upload: bool,
     media: Option<TokenStream>,
     accept: Option<TokenStream>,
     validate: TokenStream,
@@ -495,13 +520,20 @@ fn input_items(
         accept,
         validate,
         reader,
+        ..
     } = reading;
     let decls = fields.iter().map(|f| &f.decl);
     let reads = fields.iter().map(|f| &f.read);
     let doc = format!(" The inputs of [`{method}`](Api::{bare}), typed.");
+    // An upload is read once, as it arrives: neither cloned nor compared.
+    let derives = if reading.upload {
+        quote!(#[derive(Debug)])
+    } else {
+        quote!(#[derive(Debug, Clone, PartialEq)])
+    };
     quote! {
         #[doc = #doc]
-        #[derive(Debug, Clone, PartialEq)]
+        #derives
         pub struct #input {
             #(#decls)*
         }
@@ -691,6 +723,8 @@ fn policy(op: &Operation, accepted: &mut bool) -> TokenStream {
         secs(s.lock_timeout),
     );
     calls.push(quote!(.replay_window(#window).reaper_after(#reaper).lock_timeout(#lock)));
+    // The spec says nothing of the body cap: the instance's policy sets it.
+    calls.push(quote!(.max_request_body(idem.policy().max_request_body_bytes())));
     if s.store_wait != KeySettings::DEFAULT_STORE_WAIT {
         let wait = secs(s.store_wait);
         calls.push(quote!(.store_wait(#wait)));

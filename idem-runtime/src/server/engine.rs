@@ -122,6 +122,34 @@ pub(crate) struct Prepared {
     pub(crate) body: Bytes,
 }
 
+impl Prepared {
+    /// A request read and fingerprinted; its key noted for the request's
+    /// log lines.
+    pub(crate) fn new(
+        parts: &Parts,
+        scope: String,
+        key: Option<String>,
+        fingerprint: String,
+        path: String,
+        body: Bytes,
+    ) -> Self {
+        if let Some(key) = &key {
+            super::outcome::note_key(&scope, key);
+        }
+        Prepared {
+            scope,
+            key,
+            fingerprint,
+            request: StoredRequest {
+                method: parts.method.to_string(),
+                path,
+                body: Vec::new(),
+            },
+            body,
+        }
+    }
+}
+
 /// A claim this caller owns.
 pub(crate) struct Won<DB: Backend> {
     /// Holds the claim, uncommitted.
@@ -344,32 +372,9 @@ impl<DB: Backend> Idempotency<DB> {
         parts: &Parts,
         body: Body,
     ) -> Result<Prepared, IdempotencyError> {
-        let policy = &self.inner.policy;
-        let header = &self.inner.header;
-        // A header key is checked before the body is read, so a malformed one
-        // costs nothing; a body key can only be read with the body.
-        let header_key = match policy.key_in {
-            KeyIn::Header => {
-                read_key(&parts.headers, header, policy.key_max_length).map_err(|problem| {
-                    IdempotencyError::InvalidKey {
-                        header: header.to_string(),
-                        problem,
-                    }
-                })?
-            }
-            KeyIn::Body => None,
-        };
+        let header_key = self.header_key(parts)?;
         let scope = self.scope_of(parts)?;
-        let limit = policy.max_request_body;
-        let declared_too_large = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|len| len > limit as u64);
-        if declared_too_large {
-            return Err(IdempotencyError::BodyTooLarge { limit });
-        }
+        let limit = self.declared_length_within_cap(parts)?;
         let body = match Limited::new(body, limit).collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(e) if e.is::<http_body_util::LengthLimitError>() => {
@@ -383,6 +388,7 @@ impl<DB: Backend> Idempotency<DB> {
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok()),
         );
+        let policy = &self.inner.policy;
         let key_in_body = policy.key_in == KeyIn::Body;
         let key = if key_in_body {
             let field = policy.body_field.as_str();
@@ -416,25 +422,49 @@ impl<DB: Backend> Idempotency<DB> {
         // spacing) is the same request.
         let canonical = if is_json { canonical_json(&body) } else { None };
         let fingerprint = fingerprint(&parts.method, &path, canonical.as_deref(), &body);
-        if let Some(key) = &key {
-            super::outcome::note_key(&scope, key);
+        Ok(Prepared::new(parts, scope, key, fingerprint, path, body))
+    }
+
+    /// The key in the header, checked before the body is read so a
+    /// malformed one costs nothing; `None` for a key kept in the body, which
+    /// can only be read with it.
+    pub(crate) fn header_key(&self, parts: &Parts) -> Result<Option<String>, IdempotencyError> {
+        let policy = &self.inner.policy;
+        let header = &self.inner.header;
+        match policy.key_in {
+            KeyIn::Header => {
+                read_key(&parts.headers, header, policy.key_max_length).map_err(|problem| {
+                    IdempotencyError::InvalidKey {
+                        header: header.to_string(),
+                        problem,
+                    }
+                })
+            }
+            KeyIn::Body => Ok(None),
         }
-        Ok(Prepared {
-            scope,
-            key,
-            fingerprint,
-            request: StoredRequest {
-                method: parts.method.to_string(),
-                path,
-                body: Vec::new(),
-            },
-            body,
-        })
+    }
+
+    /// The body cap, once a declared `Content-Length` is within it.
+    pub(crate) fn declared_length_within_cap(
+        &self,
+        parts: &Parts,
+    ) -> Result<usize, IdempotencyError> {
+        let limit = self.inner.policy.max_request_body;
+        let declared_too_large = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|len| len > limit as u64);
+        if declared_too_large {
+            return Err(IdempotencyError::BodyTooLarge { limit });
+        }
+        Ok(limit)
     }
 
     /// The request line the key table keeps: the path and query, without
     /// the query parameters that carry a credential.
-    fn stored_path(&self, parts: &Parts) -> String {
+    pub(crate) fn stored_path(&self, parts: &Parts) -> String {
         let secret = self
             .inner
             .scope

@@ -465,11 +465,43 @@ impl<DB: Backend> Idempotency<DB> {
         request: Request,
         template: &str,
     ) -> Result<KeyedRequest<'_, DB>, Response> {
-        let (mut parts, body) = request.into_parts();
+        let (parts, body) = request.into_parts();
         let prepared = self
             .prepare(&parts, body)
             .await
             .map_err(IntoResponse::into_response)?;
+        self.keyed_request(parts, prepared, template)
+    }
+
+    /// [`Self::read_keyed`] for an operation that takes a file: the body
+    /// is written to a temporary file under the cap while it is
+    /// fingerprinted, and the handler reads it from there
+    /// ([`Inbound::upload`]), never whole in memory.
+    pub async fn read_keyed_upload(
+        &self,
+        request: Request,
+        template: &str,
+    ) -> Result<KeyedRequest<'_, DB>, Response> {
+        let (parts, body) = request.into_parts();
+        let (prepared, upload) = self
+            .prepare_upload(&parts, body)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let keyed = self.keyed_request(parts, prepared, template)?;
+        keyed.inbound.set_upload(upload);
+        Ok(keyed)
+    }
+
+    #[allow(
+        clippy::result_large_err,
+        reason = "as `read_keyed`'s: the refusal is the response sent, once"
+    )]
+    fn keyed_request(
+        &self,
+        mut parts: http::request::Parts,
+        prepared: Prepared,
+        template: &str,
+    ) -> Result<KeyedRequest<'_, DB>, Response> {
         if prepared.key.is_none() && self.key_required() {
             return Err(self.missing_key().into_response());
         }

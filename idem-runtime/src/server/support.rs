@@ -23,6 +23,7 @@ use super::response::Reply;
 mod inbound;
 mod rejection;
 
+pub use super::upload::{Upload, UploadError};
 use inbound::Deadline;
 pub use inbound::{Context, Inbound, Node, Style};
 pub use rejection::Rejection;

@@ -50,6 +50,12 @@ pub mod tagged_orders {
     idem_runtime::include_api!("tagged_orders");
 }
 
+/// `fixtures/uploads.yaml`: raw-byte uploads, keyed and not, read by the
+/// handler as they arrive.
+pub mod uploads {
+    idem_runtime::include_api!("uploads");
+}
+
 /// `fixtures/directory/`: one module per minimal case of what real specs
 /// from APIs.guru's directory broke.
 pub mod directory {

@@ -39,8 +39,9 @@ impl shop::Api<Sqlite> for Shop {
         _cx: Context,
         input: shop::PutBlobInput,
     ) -> Result<shop::PutBlobReply, Fault> {
+        let len = input.body.bytes().await.map_or(0, |b| b.len());
         Ok(shop::PutBlobReply::NoContent(shop::PutBlobReplyNoContent {
-            e_tag: Some(format!("\"{}-{}\"", input.name, input.body.len())),
+            e_tag: Some(format!("\"{}-{}\"", input.name, len)),
         }))
     }
 

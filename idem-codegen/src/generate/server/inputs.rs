@@ -18,6 +18,24 @@ pub(super) fn http_header_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
+/// Whether the operation takes a file (one body encoding, raw bytes:
+/// `application/octet-stream`, an image, `format: binary`) that the
+/// handler reads as it arrives, an [`Upload`](idem_runtime::server::support::Upload).
+/// A phased operation keeps its body for the completer, so it reads it
+/// whole, as does one whose key is a body field.
+pub(super) fn takes_upload(op: &Operation, wiring: Wiring) -> bool {
+    let Some(body) = &op.request_body else {
+        return false;
+    };
+    wiring != Wiring::Phased
+        && !matches!(op.key.source, Some(crate::model::KeySource::Body { .. }))
+        && !body.media.is_empty()
+        && body
+            .media
+            .iter()
+            .all(|m| encoding_of(&m.media_type) == Encoding::Bytes)
+}
+
 /// The body field of the input, and any enum it needs.
 pub(super) fn request_body(
     space: &mut TypeSpace<'_>,
@@ -29,6 +47,29 @@ pub(super) fn request_body(
 ) -> Option<InputField> {
     let rt = rt();
     let body = op.request_body.as_ref()?;
+    if takes_upload(op, wiring) {
+        let mut doc = body.description.clone().unwrap_or_default();
+        if !doc.is_empty() {
+            doc.push_str("\n\n");
+        }
+        doc.push_str(
+            "The uploaded body, read chunk by chunk as it arrives (`.chunk().await`), \
+             never whole in memory; a body over the route's cap is refused.",
+        );
+        let doc = doc_attrs(&doc);
+        let (ty, read) = if body_required(op) {
+            (quote!(#rt::support::Upload), quote!(inbound.upload()))
+        } else {
+            (
+                quote!(::std::option::Option<#rt::support::Upload>),
+                quote!(inbound.has_body().then(|| inbound.upload())),
+            )
+        };
+        return Some(InputField {
+            decl: quote!(#doc pub body: #ty,),
+            read: quote!(body: #read,),
+        });
+    }
     let mut choices = Vec::new();
     for media in &body.media {
         let enc = encoding_of(&media.media_type);

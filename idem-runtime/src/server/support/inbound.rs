@@ -39,6 +39,9 @@ pub struct Inbound {
     path: Vec<(String, String)>,
     query: Vec<(String, String)>,
     body: Bytes,
+    /// An operation that takes a file: its body, left unread for the
+    /// handler ([`Self::upload`] takes it).
+    upload: std::sync::Mutex<Option<super::Upload>>,
 }
 
 impl Inbound {
@@ -51,6 +54,41 @@ impl Inbound {
             Err(_) => return Err(Rejection::too_large(limit)),
         };
         Self::from_parts(parts, body, template)
+    }
+
+    /// Reads `request` for an operation that takes a file: the head now,
+    /// the body left to the handler as an [`Upload`](super::Upload) read
+    /// under `limit` bytes (a declared `Content-Length` over it is refused
+    /// here).
+    pub fn read_upload(request: Request, template: &str, limit: usize) -> Result<Self, Rejection> {
+        let (parts, body) = request.into_parts();
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > limit as u64) {
+            return Err(Rejection::too_large(limit));
+        }
+        let inbound = Self::from_parts(parts, Bytes::new(), template)?;
+        inbound.set_upload(super::Upload::streamed(body, limit));
+        Ok(inbound)
+    }
+
+    pub(crate) fn set_upload(&self, upload: super::Upload) {
+        if let Ok(mut slot) = self.upload.lock() {
+            *slot = Some(upload);
+        }
+    }
+
+    /// The body of an operation that takes a file, to read chunk by chunk;
+    /// taken once (an empty upload after).
+    pub fn upload(&self) -> super::Upload {
+        self.upload
+            .lock()
+            .ok()
+            .and_then(|mut slot| slot.take())
+            .unwrap_or_else(super::Upload::empty)
     }
 
     /// A request as the store keeps it (method, path with query, body), for
@@ -88,6 +126,7 @@ impl Inbound {
             path,
             query,
             body,
+            upload: std::sync::Mutex::new(None),
         })
     }
 
@@ -235,6 +274,10 @@ impl Inbound {
     /// Whether a body was sent.
     pub fn has_body(&self) -> bool {
         !self.body.is_empty()
+            || self
+                .upload
+                .lock()
+                .is_ok_and(|slot| slot.as_ref().is_some_and(super::Upload::is_pending))
     }
 
     /// The body as JSON.
