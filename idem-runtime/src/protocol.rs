@@ -309,6 +309,19 @@ pub fn key_missing_message(header: &str) -> String {
 /// Set to `true` on every replayed response (the wire name, lower case).
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
+/// The headers servers name their request id with, most common first:
+/// `Request-Id` (Stripe), `X-Request-Id` (OpenAI, Heroku, many proxies),
+/// `X-Amzn-RequestId` and `X-Amz-Request-Id` (AWS), `X-GitHub-Request-Id`,
+/// `X-MS-Request-Id` (Azure).
+pub const REQUEST_ID_HEADERS: &[&str] = &[
+    "request-id",
+    "x-request-id",
+    "x-amzn-requestid",
+    "x-amz-request-id",
+    "x-github-request-id",
+    "x-ms-request-id",
+];
+
 /// The value of [`IDEMPOTENT_REPLAYED`].
 pub const IDEMPOTENT_REPLAYED_VALUE: &str = "true";
 

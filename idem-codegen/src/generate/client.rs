@@ -802,6 +802,7 @@ fn spec_items(
         let text = &w.value;
         quote!(.warning(#text))
     });
+    let request_id = declared_request_id(op).map(|name| quote!(.request_id_header(#name)));
     let key = match (&op.key.requirement, &op.key.source) {
         (KeyRequirement::None, _) | (_, None) => {
             quote!(::idem_runtime::client::support::KeyLocation::None)
@@ -829,7 +830,7 @@ fn spec_items(
     quote! {
         #[doc = #spec_doc]
         const #konst: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
-            operation: ::idem_runtime::client::Operation::new(#op_name, ::idem_runtime::client::RetryClass::#class) #warning,
+            operation: ::idem_runtime::client::Operation::new(#op_name, ::idem_runtime::client::RetryClass::#class) #warning #request_id,
             key: #key,
             security: &[#(#security),*],
             retry: #retry,
@@ -983,4 +984,19 @@ fn method_doc(model: &Model, op: &Operation) -> String {
     }
     let _ = model;
     doc
+}
+
+/// The response header an operation declares for the server's request id
+/// (`X-Trace-Id`, `X-Correlation-Id`, `Request-Id`), when it is not one of
+/// the names the runtime reads anyway.
+fn declared_request_id(op: &Operation) -> Option<String> {
+    const WORDS: &[&str] = &["request-id", "requestid", "correlation-id", "trace-id"];
+    op.responses
+        .iter()
+        .flat_map(|r| &r.header_specs)
+        .map(|h| h.name.to_ascii_lowercase())
+        .find(|name| {
+            WORDS.iter().any(|w| name.contains(w))
+                && !idem_runtime::protocol::REQUEST_ID_HEADERS.contains(&name.as_str())
+        })
 }

@@ -100,6 +100,10 @@ pub struct Operation {
     /// field the spec shows, such as Square's `idempotency_key` or Twilio's
     /// `IdempotencyKey`); `None`: the key header.
     pub body_key: Option<&'static str>,
+    /// The response header the spec declares for the request id, when it
+    /// is not one of the common names
+    /// ([`REQUEST_ID_HEADERS`](crate::client::support::REQUEST_ID_HEADERS)).
+    pub request_id: Option<&'static str>,
 }
 
 impl Operation {
@@ -110,7 +114,14 @@ impl Operation {
             class,
             warning: None,
             body_key: None,
+            request_id: None,
         }
+    }
+
+    /// Names the response header the server's request id comes in.
+    pub const fn request_id_header(mut self, name: &'static str) -> Self {
+        self.request_id = Some(name);
+        self
     }
 
     /// Attaches the documented `unsafe-retry` warning.

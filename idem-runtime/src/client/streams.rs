@@ -278,6 +278,7 @@ fn undecodable<E>(raw: &Raw, why: &dyn fmt::Display) -> ApiError<E> {
         status: raw.status,
         message: format!("the page cannot be listed: {why}"),
         body: raw.body.clone(),
+        call: super::support::CallFacts::default(),
     }
 }
 
@@ -542,6 +543,7 @@ async fn opened<T, E>(
             status: raw.status,
             headers: raw.headers,
             body: raw.body,
+            call: ready.facts(),
         }),
     }
 }

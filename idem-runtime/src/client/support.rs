@@ -27,7 +27,7 @@ use super::{
 mod answer;
 mod request;
 
-pub use answer::{Answered, ApiError, Decoder, REQUEST_ID_HEADERS, Raw, Undecodable};
+pub use answer::{Answered, ApiError, CallFacts, Decoder, REQUEST_ID_HEADERS, Raw, Undecodable};
 use request::{Body, Upload, form_pairs, form_urlencoded_pairs};
 pub use request::{Multipart, Request, Style, segment};
 
@@ -402,12 +402,7 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
         let response = ready.execute(false).await?;
         let raw = read_raw(response).await;
         let value = ready.decode_raw(&raw)?;
-        Ok(Answered::new(
-            value,
-            raw,
-            ready.key.clone(),
-            ready.attempts.load(std::sync::atomic::Ordering::Relaxed),
-        ))
+        Ok(Answered::new(value, raw, ready.facts()))
     }
 
     pub(crate) fn with_mode<N>(self, mode: N) -> Call<'a, T, E, B, N> {
@@ -738,7 +733,17 @@ impl<T, E> Ready<'_, T, E> {
     /// Reads the rest of `response` and types it.
     pub(crate) async fn decode(&self, response: reqwest::Response) -> Result<T, ApiError<E>> {
         let raw = read_raw(response).await;
-        (self.decode)(&raw)
+        self.decode_raw(&raw)
+    }
+
+    /// What the call did: the key sent, the attempts of its last
+    /// execution, the header its request id comes in.
+    pub(crate) fn facts(&self) -> CallFacts {
+        CallFacts::new(
+            self.key.clone(),
+            self.attempts.load(std::sync::atomic::Ordering::Relaxed),
+            self.spec.operation.request_id,
+        )
     }
 
     /// Types an answer already read.
@@ -747,7 +752,7 @@ impl<T, E> Ready<'_, T, E> {
         reason = "the error every generated call returns, built on the error path only"
     )]
     pub(crate) fn decode_raw(&self, raw: &Raw) -> Result<T, ApiError<E>> {
-        (self.decode)(raw)
+        (self.decode)(raw).map_err(|e| e.with_call(self.facts()))
     }
 }
 

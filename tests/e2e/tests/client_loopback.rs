@@ -100,10 +100,16 @@ fn default_reply(hit: &Hit) -> Response {
             200,
             serde_json::json!({"id": 7, "status": "paid", "sku": "tea", "quantity": 1}),
         ),
-        ("GET", path) if path.starts_with("/orders/") => json(
-            404,
-            serde_json::json!({"title": "no such order", "status": 404, "code": "order_missing"}),
-        ),
+        ("GET", path) if path.starts_with("/orders/") => {
+            let mut response = json(
+                404,
+                serde_json::json!({"title": "no such order", "status": 404, "code": "order_missing"}),
+            );
+            response
+                .headers_mut()
+                .insert("x-correlation-id", "corr-404".parse().unwrap());
+            response
+        }
         ("POST", "/charges") => {
             let text = String::from_utf8_lossy(&hit.body).into_owned();
             json(
@@ -241,6 +247,10 @@ async fn error_bodies_come_back_typed() {
         .send()
         .await
         .unwrap_err();
+    // The header the spec declares for the request id, the attempts made.
+    assert_eq!(error.request_id(), Some("corr-404"));
+    assert_eq!(error.attempts(), Some(1));
+    assert_eq!(error.idempotency_key(), None, "a GET sends no key");
     match error {
         ApiError::Status {
             status,
@@ -248,8 +258,9 @@ async fn error_bodies_come_back_typed() {
             ..
         } => {
             assert_eq!(status, StatusCode::NOT_FOUND);
-            assert_eq!(problem.code.as_deref(), Some("order_missing"));
-            assert_eq!(problem.title, "no such order");
+            assert_eq!(problem.body.code.as_deref(), Some("order_missing"));
+            assert_eq!(problem.body.title, "no such order");
+            assert_eq!(problem.x_correlation_id.as_deref(), Some("corr-404"));
         }
         other => panic!("unexpected {other:?}"),
     }

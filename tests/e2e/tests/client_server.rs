@@ -120,7 +120,10 @@ impl shop::Api<Sqlite> for Shop {
         input: shop::GetOrderInput,
     ) -> Result<shop::GetOrderReply, Fault> {
         if input.id == 404 {
-            return Ok(shop::GetOrderReply::NotFound(problem("no such order")));
+            return Ok(shop::GetOrderReply::NotFound(shop::GetOrderReplyNotFound {
+                body: problem("no such order"),
+                x_correlation_id: Some(format!("corr-{}", input.id)),
+            }));
         }
         Ok(shop::GetOrderReply::Ok(shop::Order {
             sku: format!(
@@ -401,10 +404,17 @@ async fn parameters_decode_and_errors_arrive_typed() {
         "expand=Some([\"items\", \"customer\"]) filter=Some(GetOrderFilter { status: Some(\"paid\") }) trace=Some(\"t-1\")"
     );
     match client.orders().get(404, &params).send().await {
-        Err(ApiError::Status { body, .. }) => {
+        Err(error @ ApiError::Status { .. }) => {
+            // The spec names `X-Correlation-Id` as this answer's request id.
+            assert_eq!(error.request_id(), Some("corr-404"));
             assert_eq!(
-                body,
-                shop::GetOrderError::NotFound(problem("no such order"))
+                error.body(),
+                Some(&shop::GetOrderError::NotFound(
+                    shop::GetOrderErrorNotFound {
+                        body: problem("no such order"),
+                        x_correlation_id: Some("corr-404".into()),
+                    }
+                ))
             );
         }
         other => panic!("expected the typed 404, got {other:?}"),
@@ -448,6 +458,24 @@ async fn the_answer_says_whether_it_was_a_replay() {
         .unwrap();
     assert!(again.replayed(), "the same key: the stored answer");
     assert_eq!(again.value(), first.value());
+    // The same key with another order: refused, and the error says which
+    // key it sent and how many attempts it made.
+    let mut other = one_tea();
+    other.quantity += 1;
+    let refused = client
+        .orders()
+        .create(&other)
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("idempotency_key_reused"),
+        "{refused}"
+    );
+    assert_eq!(refused.idempotency_key(), Some(&key));
+    assert_eq!(refused.attempts(), Some(1));
+    assert!(!refused.replayed());
     // A minted key is reported too.
     let minted = client
         .orders()

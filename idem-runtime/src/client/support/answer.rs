@@ -77,6 +77,7 @@ impl Raw {
             status: self.status,
             headers: self.headers.clone(),
             body,
+            call: CallFacts::default(),
         })
     }
 
@@ -86,6 +87,7 @@ impl Raw {
             status: self.status,
             headers: self.headers.clone(),
             body: self.body.clone(),
+            call: CallFacts::default(),
         })
     }
 }
@@ -104,6 +106,7 @@ impl<E> From<Undecodable> for ApiError<E> {
             status: e.status,
             message: e.message,
             body: e.body,
+            call: CallFacts::default(),
         }
     }
 }
@@ -119,18 +122,24 @@ pub enum ApiError<E> {
         status: StatusCode,
         headers: HeaderMap,
         body: E,
+        /// The key the call sent and the attempts it made.
+        call: CallFacts,
     },
     /// A status the spec does not document for this operation.
     UnexpectedStatus {
         status: StatusCode,
         headers: HeaderMap,
         body: Bytes,
+        /// The key the call sent and the attempts it made.
+        call: CallFacts,
     },
     /// The body does not match what the spec documents for its status.
     Decode {
         status: StatusCode,
         message: String,
         body: Bytes,
+        /// The key the call sent and the attempts it made.
+        call: CallFacts,
     },
     /// The call did not get an answer retrying could not change: transport
     /// failure, retries or budget spent, deadline, or an unknown outcome of
@@ -161,8 +170,37 @@ impl<E> ApiError<E> {
     pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
         match self {
             ApiError::Retry(e) => e.key(),
+            _ => self.call().and_then(CallFacts::idempotency_key),
+        }
+    }
+
+    /// The attempts the call made, when it made any.
+    pub fn attempts(&self) -> Option<u32> {
+        match self {
+            ApiError::Retry(e) => Some(e.attempts()),
+            _ => self.call().map(CallFacts::attempts).filter(|n| *n > 0),
+        }
+    }
+
+    /// What the call did, when the server answered.
+    pub fn call(&self) -> Option<&CallFacts> {
+        match self {
+            ApiError::Status { call, .. }
+            | ApiError::UnexpectedStatus { call, .. }
+            | ApiError::Decode { call, .. } => Some(call),
             _ => None,
         }
+    }
+
+    /// The error with what the call did filled in.
+    pub(crate) fn with_call(mut self, facts: CallFacts) -> Self {
+        if let ApiError::Status { call, .. }
+        | ApiError::UnexpectedStatus { call, .. }
+        | ApiError::Decode { call, .. } = &mut self
+        {
+            *call = facts;
+        }
+        self
     }
 
     /// The documented error body, if that is what this is.
@@ -186,7 +224,11 @@ impl<E> ApiError<E> {
     /// The request id the server gave the failed answer (see
     /// [`Answered::request_id`]): what to quote to its support.
     pub fn request_id(&self) -> Option<&str> {
-        self.headers().and_then(request_id)
+        let headers = self.headers()?;
+        match self.call() {
+            Some(call) => call.request_id(headers),
+            None => request_id(headers),
+        }
     }
 
     /// Whether the failed answer was a replay of a stored one
@@ -197,18 +239,7 @@ impl<E> ApiError<E> {
     }
 }
 
-/// The headers servers name their request id with, most common first:
-/// `Request-Id` (Stripe), `X-Request-Id` (OpenAI, Heroku, many proxies),
-/// `X-Amzn-RequestId` and `X-Amz-Request-Id` (AWS), `X-GitHub-Request-Id`,
-/// `X-MS-Request-Id` (Azure).
-pub const REQUEST_ID_HEADERS: &[&str] = &[
-    "request-id",
-    "x-request-id",
-    "x-amzn-requestid",
-    "x-amz-request-id",
-    "x-github-request-id",
-    "x-ms-request-id",
-];
+pub use crate::protocol::REQUEST_ID_HEADERS;
 
 fn request_id(headers: &HeaderMap) -> Option<&str> {
     REQUEST_ID_HEADERS
@@ -223,6 +254,51 @@ fn replayed(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
+/// What a call did, beside the answer: the idempotency key it sent, the
+/// attempts it made, and the header its operation names its request id
+/// with. Carried by [`Answered`] and by the errors a server's answer
+/// makes ([`ApiError::Status`], [`ApiError::UnexpectedStatus`],
+/// [`ApiError::Decode`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallFacts {
+    key: Option<IdempotencyKey>,
+    attempts: u32,
+    request_id_header: Option<&'static str>,
+}
+
+impl CallFacts {
+    pub(crate) fn new(
+        key: Option<IdempotencyKey>,
+        attempts: u32,
+        request_id_header: Option<&'static str>,
+    ) -> Self {
+        CallFacts {
+            key,
+            attempts,
+            request_id_header,
+        }
+    }
+
+    /// The idempotency key sent, when the operation is keyed.
+    pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    /// The attempts made (1 when the first answered); 0 when the error was
+    /// built outside a call.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The request id in `headers`: the header the spec declares for it
+    /// first, then [`REQUEST_ID_HEADERS`].
+    fn request_id<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
+        self.request_id_header
+            .and_then(|name| headers.get(name)?.to_str().ok())
+            .or_else(|| request_id(headers))
+    }
+}
+
 /// A call's typed value together with the answer it came in: status,
 /// headers, the request id, whether it was a replay, the key sent and the
 /// attempts made. What [`Call::send_with_response`](super::Call::send_with_response)
@@ -232,23 +308,16 @@ pub struct Answered<T> {
     value: T,
     status: StatusCode,
     headers: HeaderMap,
-    key: Option<IdempotencyKey>,
-    attempts: u32,
+    call: CallFacts,
 }
 
 impl<T> Answered<T> {
-    pub(crate) fn new(
-        value: T,
-        raw: Raw,
-        key: Option<IdempotencyKey>,
-        attempts: u32,
-    ) -> Answered<T> {
+    pub(crate) fn new(value: T, raw: Raw, call: CallFacts) -> Answered<T> {
         Answered {
             value,
             status: raw.status,
             headers: raw.headers,
-            key,
-            attempts,
+            call,
         }
     }
 
@@ -275,7 +344,7 @@ impl<T> Answered<T> {
     /// The server's id for this request, from the first of
     /// [`REQUEST_ID_HEADERS`] it sent: what to quote to its support.
     pub fn request_id(&self) -> Option<&str> {
-        request_id(&self.headers)
+        self.call.request_id(&self.headers)
     }
 
     /// Whether the server replayed a stored answer
@@ -288,12 +357,12 @@ impl<T> Answered<T> {
 
     /// The idempotency key the call sent, when the operation is keyed.
     pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
-        self.key.as_ref()
+        self.call.idempotency_key()
     }
 
     /// How many attempts the call made (1 without a retry).
     pub fn attempts(&self) -> u32 {
-        self.attempts
+        self.call.attempts()
     }
 }
 
@@ -351,18 +420,24 @@ mod tests {
             headers: headers(&[("x-request-id", "req_1"), ("idempotent-replayed", "true")]),
             body: Bytes::new(),
         };
-        let answered = Answered::new((), raw, None, 2);
+        let answered = Answered::new((), raw, CallFacts::new(None, 2, None));
         assert_eq!(answered.request_id(), Some("req_1"));
         assert!(answered.replayed());
         assert_eq!(answered.attempts(), 2);
         // Stripe's name comes first; an absent flag is not a replay.
         let error: ApiError<()> = ApiError::Status {
             status: StatusCode::PAYMENT_REQUIRED,
-            headers: headers(&[("request-id", "req_2"), ("x-request-id", "other")]),
+            headers: headers(&[("request-id", "req_2"), ("x-trace-id", "tr_2")]),
             body: (),
+            call: CallFacts::default(),
         };
         assert_eq!(error.request_id(), Some("req_2"));
         assert!(!error.replayed());
+        assert_eq!(error.attempts(), None);
+        // The header the spec declares comes before the common names.
+        let error = error.with_call(CallFacts::new(None, 3, Some("x-trace-id")));
+        assert_eq!(error.request_id(), Some("tr_2"));
+        assert_eq!(error.attempts(), Some(3));
         assert_eq!(ApiError::<()>::Encode("x".into()).request_id(), None);
     }
 }
