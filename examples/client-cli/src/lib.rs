@@ -847,6 +847,16 @@ pub struct GetOrderParams {
     pub x_trace: ::std::option::Option<::std::string::String>,
 }
 
+/// A `404` response with its documented headers.
+#[cfg(feature = "orders")]
+#[derive(Debug, Clone, PartialEq)]
+pub struct GetOrderErrorNotFound {
+    /// The response body.
+    pub body: Problem,
+    /// The `X-Correlation-Id` response header.
+    pub x_correlation_id: ::std::option::Option<::std::string::String>,
+}
+
 /// A `429` response with its documented headers.
 #[cfg(feature = "orders")]
 #[derive(Debug, Clone, PartialEq)]
@@ -860,7 +870,7 @@ pub struct GetOrderErrorTooManyRequests {
 #[derive(Debug, Clone, PartialEq)]
 pub enum GetOrderError {
     /// `404`: No such order.
-    NotFound(Problem),
+    NotFound(GetOrderErrorNotFound),
     /// `429`: Too many requests.
     TooManyRequests(GetOrderErrorTooManyRequests),
 }
@@ -869,9 +879,10 @@ pub enum GetOrderError {
 #[cfg(feature = "orders")]
 const OP_GET_ORDER: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
     operation: ::idem_runtime::client::Operation::new(
-        "getOrder",
-        ::idem_runtime::client::RetryClass::Safe,
-    ),
+            "getOrder",
+            ::idem_runtime::client::RetryClass::Safe,
+        )
+        .request_id_header("x-correlation-id"),
     key: ::idem_runtime::client::support::KeyLocation::None,
     security: &["bearerAuth"],
     retry: ::idem_runtime::client::support::PolicyOverride::NONE,
@@ -886,7 +897,15 @@ fn decode_get_order(
 > {
     match raw.status() {
         200 => ::std::result::Result::Ok(raw.json()?),
-        404 => raw.error(GetOrderError::NotFound(raw.json()?)),
+        404 => {
+            raw.error({
+                let __body = raw.json()?;
+                GetOrderError::NotFound(GetOrderErrorNotFound {
+                    body: __body,
+                    x_correlation_id: raw.header("X-Correlation-Id"),
+                })
+            })
+        }
         429 => {
             raw.error(
                 GetOrderError::TooManyRequests(GetOrderErrorTooManyRequests {

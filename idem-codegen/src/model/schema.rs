@@ -350,7 +350,17 @@ impl<'d> SchemaBuilder<'d> {
             return Kind::Const(json(value));
         }
         if let Some(values) = node.get("enum").and_then(Node::as_seq) {
-            return enum_kind(values, &mut schema.nullable);
+            let kind = enum_kind(values, &mut schema.nullable);
+            // Values of mixed JSON types (`[2.4, 5]`, `["Group", 61]`)
+            // under one declared type: a value of that type.
+            let declared: Vec<&str> = types_of(node)
+                .into_iter()
+                .filter(|t| *t != "null")
+                .collect();
+            if let (Kind::Unsupported(_), [ty]) = (&kind, declared.as_slice()) {
+                return self.typed(node, ty, depth);
+            }
+            return kind;
         }
         // A `oneOf` beside an `allOf` is one more part of the `allOf`.
         if node.get("allOf").is_none() {

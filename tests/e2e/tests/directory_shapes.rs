@@ -3,9 +3,12 @@
     clippy::expect_used,
     reason = "test code: a failed setup step should abort the test"
 )]
-//! `fixtures/directory/combined-types.yaml`: an `allOf` with a `oneOf`
-//! part, a `oneOf` beside an `allOf`, and a value of several JSON types are
-//! typed, and each reads and writes its JSON unchanged.
+//! Shapes from APIs.guru's directory, each a fixture of
+//! `fixtures/directory/`: an `allOf` with a `oneOf` part, a `oneOf` beside
+//! an `allOf`, a value of several JSON types and a mixed enum under one
+//! type are typed and read and write their JSON unchanged
+//! (`combined-types.yaml`); FastAPI's operationIds give short names
+//! (`fastapi-names.yaml`).
 
 use idem_e2e::directory::combined_types as api;
 use idem_runtime::validate::check;
@@ -55,8 +58,9 @@ fn a_one_of_beside_an_all_of_keeps_the_shared_fields() {
 
 #[test]
 fn a_value_of_several_types_is_an_untagged_enum() {
-    let label = json!({"code": 42, "legacy": "old"});
+    let label = json!({"code": 42, "legacy": "old", "band": 2.4});
     let typed = round_trip::<api::Label>(&label);
+    assert_eq!(typed.band, Some(2.4));
     assert!(matches!(typed.code, api::LabelCode::Integer(42)));
     assert!(matches!(typed.legacy, Some(api::LabelLegacy::String(ref s)) if s == "old"));
     let named = round_trip::<api::Label>(&json!({"code": "gold"}));
@@ -66,4 +70,32 @@ fn a_value_of_several_types_is_an_untagged_enum() {
     // The string's bound applies to the string.
     let long: api::Label = serde_json::from_value(json!({"code": "x".repeat(17)})).unwrap();
     assert!(check("body", &long).is_err(), "a 17-character code passed");
+}
+
+/// `fixtures/directory/fastapi-names.yaml`: FastAPI's operationIds give
+/// path-shaped names, and they reach a loopback server.
+#[tokio::test]
+async fn fastapi_operation_ids_give_short_names() {
+    use idem_e2e::directory::fastapi_names::Client;
+    let app = axum::Router::new()
+        .route(
+            "/api/v1/app/",
+            axum::routing::get(|| async { axum::Json(json!([{"id": "app_1", "name": "a"}])) }),
+        )
+        .route(
+            "/api/v1/app/{app_id}/msg/{msg_id}/",
+            axum::routing::get(
+                |axum::extract::Path((app, msg)): axum::extract::Path<(String, String)>| async move {
+                    axum::Json(json!({"id": format!("{app}/{msg}")}))
+                },
+            ),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = Client::new(&base).unwrap();
+    let apps = client.application().list().send().await.unwrap();
+    assert_eq!(apps[0].id, "app_1");
+    let message = client.message().get("app_1", "msg_2").send().await.unwrap();
+    assert_eq!(message.id, "app_1/msg_2");
 }
