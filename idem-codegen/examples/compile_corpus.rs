@@ -5,11 +5,11 @@
 //!
 //! ```text
 //! cargo run --release -p idem-codegen --example compile_corpus -- \
-//!     [--dir DIR [--sample N --seed S]] [--results FILE] [FILTER…]
+//!     [--dir DIR [--sample N --seed S]] [--out DIR] [--results FILE] [FILTER…]
 //! ```
 //!
-//! Crates are written to `target/corpus/<name>` as one workspace with one
-//! shared target dir, so dependencies compile once. `FILTER`s keep only
+//! Crates are written to `target/corpus/<name>` (or under `--out`) as one
+//! workspace with one shared target dir, so dependencies compile once. `FILTER`s keep only
 //! specs whose path contains one of them. `--dir` takes every `.json` and
 //! `.yaml` under DIR instead of the corpus manifest; `--sample N --seed S`
 //! checks N of them, the same N for the same seed on any machine.
@@ -91,12 +91,14 @@ fn main() {
     let sample: Option<usize> = option("--sample").and_then(|n| n.parse().ok());
     let seed: u64 = option("--seed").and_then(|n| n.parse().ok()).unwrap_or(0);
     let results = option("--results").map(PathBuf::from);
+    let out = option("--out")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target/corpus"));
     let filters = args;
     // (path relative to the specs folder, whether it is a root to generate)
     let Some((specs_dir, listed)) = listed_specs(&workspace, dir.as_ref(), sample, seed) else {
         return;
     };
-    let out = workspace.join("target/corpus");
     let mut members = Vec::new();
     let mut rows = Vec::new();
     for path in &listed {

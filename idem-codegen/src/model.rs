@@ -417,6 +417,15 @@ pub struct Operation {
 }
 
 impl Operation {
+    /// The name the operation is known by outside the generated code, kept
+    /// from one generation to the next: its operationId as written, else
+    /// the name derived from its method and path. Metrics label requests
+    /// with it and a phased operation's key records store it, so it does
+    /// not follow [`Operation::name`]'s shortening.
+    pub fn stable_name(&self) -> &str {
+        self.operation_id.as_deref().unwrap_or(&self.name)
+    }
+
     /// The effect: declared, or the method's default (`None` for an
     /// undeclared POST or PATCH).
     pub fn effect(&self) -> Option<Effect> {

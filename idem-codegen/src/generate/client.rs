@@ -22,7 +22,7 @@ pub(super) use bodies::body_required;
 use bodies::{BodyArg, request_body};
 pub(super) use encoding::{Encoding, encoding_name, encoding_of};
 pub(super) use groups::{groups, member_names};
-use responses::{number, responses};
+use responses::{declared_request_id, number, responses};
 pub(super) use responses::{response_shape, status_variant};
 
 use super::features;
@@ -797,7 +797,7 @@ fn spec_items(
         RetryClass::UnsafeDocumented => quote!(UnsafeDocumented),
         RetryClass::Unsafe => quote!(Unsafe),
     };
-    let op_name = &op.name;
+    let op_name = op.stable_name();
     let warning = op.unsafe_retry.as_ref().map(|w| {
         let text = &w.value;
         quote!(.warning(#text))
@@ -984,19 +984,4 @@ fn method_doc(model: &Model, op: &Operation) -> String {
     }
     let _ = model;
     doc
-}
-
-/// The response header an operation declares for the server's request id
-/// (`X-Trace-Id`, `X-Correlation-Id`, `Request-Id`), when it is not one of
-/// the names the runtime reads anyway.
-fn declared_request_id(op: &Operation) -> Option<String> {
-    const WORDS: &[&str] = &["request-id", "requestid", "correlation-id", "trace-id"];
-    op.responses
-        .iter()
-        .flat_map(|r| &r.header_specs)
-        .map(|h| h.name.to_ascii_lowercase())
-        .find(|name| {
-            WORDS.iter().any(|w| name.contains(w))
-                && !idem_runtime::protocol::REQUEST_ID_HEADERS.contains(&name.as_str())
-        })
 }

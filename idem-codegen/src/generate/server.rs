@@ -264,15 +264,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     let deprecated = op.deprecated.then(|| quote!(#[deprecated]));
     let input_arg_list = input_arg.iter();
     // Before the claim: a refusal records nothing without being marked so.
-    let read_input_unclaimed = match &input_pass {
-        Some(_) => quote! {
-            let input = match #reader(inbound).await {
-                ::std::result::Result::Ok(input) => input,
-                ::std::result::Result::Err(rejection) => return rejection.into_response(),
-            };
-        },
-        None => TokenStream::new(),
-    };
+    let read_input_unclaimed = read_input(input_pass.is_some().then_some(&reader));
     let http_method = format_ident!("{}", op.method.as_str().to_ascii_lowercase());
     let routing = quote!(::idem_runtime::axum::routing);
     let mut accepted = false;
@@ -301,7 +293,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                     fn #method_ident(&self, cx: #rt::support::Context, tx: #rt::IdemTx<DB> #(, #input_arg_list)*) -> impl ::std::future::Future<Output = ::std::result::Result<#reply_ident, #rt::Fault>> + ::std::marker::Send;
                 },
                 keyed_route(&KeyedRoute {
-                    name: &op.name,
+                    name: op.stable_name(),
                     template,
                     http_method: &http_method,
                     method: &method_ident,
@@ -350,13 +342,27 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     }
 }
 
+/// The input read before the claim, by `reader` when the operation has
+/// inputs: a refusal records nothing.
+fn read_input(reader: Option<&proc_macro2::Ident>) -> TokenStream {
+    match reader {
+        Some(reader) => quote! {
+            let input = match #reader(inbound).await {
+                ::std::result::Result::Ok(input) => input,
+                ::std::result::Result::Err(rejection) => return rejection.into_response(),
+            };
+        },
+        None => TokenStream::new(),
+    }
+}
+
 /// `route` behind the operation's own in-flight limit, when it declares one.
 fn admitted(op: &Operation, route: TokenStream) -> TokenStream {
     let rt = rt();
     match op.admission.max_in_flight.as_ref() {
         Some(max) => {
             let max = proc_macro2::Literal::usize_unsuffixed(max.value as usize);
-            let name = &op.name;
+            let name = op.stable_name();
             quote!(#rt::support::admit_route(#route, #max, #name))
         }
         None => route,
@@ -414,7 +420,7 @@ fn plain_route(
             },
         )
     };
-    let name = &op.name;
+    let name = op.stable_name();
     quote! {{
         let api = ::std::sync::Arc::clone(&api);
         #scope_clone

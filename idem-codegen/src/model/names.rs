@@ -17,6 +17,7 @@ pub(super) fn tidy(operations: &mut [Operation]) {
             method: op.method.as_str(),
             path: &op.path,
             id: op.operation_id.as_deref(),
+            name: &op.name,
         })
         .collect();
     let shorter = shortened(&seen);
@@ -32,6 +33,8 @@ struct Seen<'a> {
     method: &'a str,
     path: &'a str,
     id: Option<&'a str>,
+    /// The name so far: the operationId, or one derived from the path.
+    name: &'a str,
 }
 
 /// The shorter name of each operation, where it has one no other takes.
@@ -48,17 +51,20 @@ fn shortened(ops: &[Seen<'_>]) -> Vec<Option<String>> {
             Some(without_path_and_method(id, op).unwrap_or_else(|| id.to_owned()))
         })
         .collect();
+    // Names as the generated code spells them: two that differ only in
+    // case or separators are one.
+    let spelled = |name: &str| heck::ToSnakeCase::to_snake_case(name);
     let mut count = std::collections::HashMap::new();
-    for name in shorter.iter().flatten() {
-        *count.entry(name.to_ascii_lowercase()).or_insert(0usize) += 1;
+    for (name, op) in shorter.iter().zip(ops) {
+        *count
+            .entry(spelled(name.as_deref().unwrap_or(op.name)))
+            .or_insert(0usize) += 1;
     }
     shorter
         .into_iter()
         .zip(ops)
         .map(|(name, op)| {
-            name.filter(|n| {
-                count.get(&n.to_ascii_lowercase()) == Some(&1) && Some(n.as_str()) != op.id
-            })
+            name.filter(|n| count.get(&spelled(n)) == Some(&1) && Some(n.as_str()) != op.id)
         })
         .collect()
 }
@@ -117,6 +123,7 @@ mod tests {
                 method,
                 path,
                 id: Some(id),
+                name: id,
             })
             .collect();
         shortened(&seen)
@@ -191,7 +198,19 @@ mod tests {
             ("GET", "/a/", "items_a__get"),
             ("GET", "/b/", "items_b__get"),
             ("POST", "/c/", "create_c__post"),
+            // Another operation's name, spelled otherwise.
+            ("POST", "/d/", "createItem"),
+            ("PUT", "/e/", "create_item_e__put"),
         ];
-        assert_eq!(names(&ops), ["items_a__get", "items_b__get", "create"]);
+        assert_eq!(
+            names(&ops),
+            [
+                "items_a__get",
+                "items_b__get",
+                "create",
+                "createItem",
+                "create_item_e__put"
+            ]
+        );
     }
 }

@@ -78,13 +78,15 @@ pub enum NextPage {
         param: &'static str,
         limit: Option<&'static str>,
     },
-    /// `param` numbers the pages (absent: the first, page 1); the next page
-    /// is the one after. The body at `last` says when to stop: a page
-    /// count (`/total_pages`, `/last_page`) the page number has reached,
-    /// or a flag that is false (`/has_next`). An empty page is the last
-    /// either way.
+    /// `param` numbers the pages from `first` (0 or 1; absent from the
+    /// request: the first); the next page is the one after. The body at
+    /// `last` says when to stop: a page count (`/total_pages`,
+    /// `/last_page` where pages count from 1) that has been reached, or a
+    /// flag that is false (`/has_next`). An empty page is the last either
+    /// way.
     PageNumber {
         param: &'static str,
+        first: u64,
         last: Option<&'static str>,
     },
 }
@@ -247,7 +249,8 @@ async fn fetch<T, E, I: DeserializeOwned>(
     let response = ready.execute(false).await?;
     let raw = read_raw(response).await;
     let page = ready.decode_raw(&raw)?;
-    let body: Value = serde_json::from_slice(&raw.body).map_err(|e| undecodable(&raw, &e))?;
+    let body: Value = serde_json::from_slice(&raw.body)
+        .map_err(|e| undecodable(&raw, &e).with_call(ready.facts()))?;
     let listed = if spec.items.is_empty() {
         Some(&body)
     } else {
@@ -257,17 +260,20 @@ async fn fetch<T, E, I: DeserializeOwned>(
         Some(Value::Array(items)) => items.as_slice(),
         Some(Value::Null) | None => &[],
         Some(_) => {
-            return Err(undecodable(
-                &raw,
-                &format!("`{}` is not a list", spec.items),
-            ));
+            return Err(
+                undecodable(&raw, &format!("`{}` is not a list", spec.items))
+                    .with_call(ready.facts()),
+            );
         }
     };
     // Typed whole before any is handed out: a page that fails is fetched
     // again on resume, and none of its items is seen twice.
     let items = listed
         .iter()
-        .map(|item| serde_json::from_value(item.clone()).map_err(|e| undecodable(&raw, &e)))
+        .map(|item| {
+            serde_json::from_value(item.clone())
+                .map_err(|e| undecodable(&raw, &e).with_call(ready.facts()))
+        })
         .collect::<Result<Vec<I>, _>>()?;
     let next = next_page(spec.next, &body, &raw, listed, &ready.url);
     Ok((page, items, next))
@@ -278,7 +284,7 @@ fn undecodable<E>(raw: &Raw, why: &dyn fmt::Display) -> ApiError<E> {
         status: raw.status,
         message: format!("the page cannot be listed: {why}"),
         body: raw.body.clone(),
-        call: super::support::CallFacts::default(),
+        call: Default::default(),
     }
 }
 
@@ -356,7 +362,7 @@ fn next_page(
                 value: offset.to_string(),
             })
         }
-        NextPage::PageNumber { param, last } => {
+        NextPage::PageNumber { param, first, last } => {
             if items.is_empty() {
                 return None;
             }
@@ -364,10 +370,12 @@ fn next_page(
                 .query_pairs()
                 .find(|(k, _)| k == param)
                 .and_then(|(_, v)| v.parse::<u64>().ok())
-                .unwrap_or(1);
+                .unwrap_or(first);
+            // Pages read so far, this one included.
+            let read = (page + 1).saturating_sub(first);
             let done = match last.and_then(|at| body.pointer(at)) {
                 Some(Value::Bool(more)) => !more,
-                Some(Value::Number(pages)) => pages.as_u64().is_some_and(|n| page >= n),
+                Some(Value::Number(pages)) => pages.as_u64().is_some_and(|n| read >= n),
                 _ => false,
             };
             (!done).then(|| Resume::Query {

@@ -193,6 +193,10 @@ impl<DB: Backend> Idempotency<DB> {
         body: Body,
     ) -> Result<(Prepared, Upload), IdempotencyError> {
         let key = self.header_key(parts)?;
+        // Refused before a byte is written: a required key that is missing.
+        if key.is_none() && self.key_required() {
+            return Err(self.missing_key());
+        }
         let scope = self.scope_of(parts)?;
         let limit = self.declared_length_within_cap(parts)?;
         let (file, len, digest) = spool(body, limit).await?;

@@ -21,7 +21,8 @@ use axum::routing::{get, post};
 use futures_util::StreamExt as _;
 use idem_e2e::streams::{
     Client, CreateChatCompletionRequest, InstanceListParams, ListArticlesParams,
-    ListCustomersParams, ListEventsParams, ListInvoicesParams, ListLogsParams, ListReposParams,
+    ListCustomersParams, ListEventsParams, ListInvoicesParams, ListLogsParams, ListProductsParams,
+    ListReposParams,
 };
 use serde_json::{Value, json};
 
@@ -56,10 +57,92 @@ fn num(q: &HashMap<String, String>, name: &str) -> usize {
     q.get(name).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
+/// The lists that count: pages from 1 with a page count, from 0 (Spring
+/// Data's), under another name with a "more" flag, and an offset named
+/// `skip`.
+fn counted(once: &Once) -> axum::Router {
+    axum::Router::new()
+        .route(
+            "/logs",
+            get({
+                let once = once.clone();
+                move |Query(q): Params| async move {
+                    let start = num(&q, "skip");
+                    if let Some(busy) = once.busy(start) {
+                        return busy;
+                    }
+                    let lines: Vec<String> =
+                        ids(start).0.iter().map(|i| format!("line {i}")).collect();
+                    axum::Json(json!({"lines": lines})).into_response()
+                }
+            }),
+        )
+        .route(
+            "/invoices",
+            get({
+                let once = once.clone();
+                move |Query(q): Params| async move {
+                    let page = num(&q, "page").max(1);
+                    if let Some(busy) = once.busy((page - 1) * PAGE) {
+                        return busy;
+                    }
+                    let total_pages = TOTAL.div_ceil(PAGE);
+                    if page > total_pages {
+                        return (StatusCode::NOT_FOUND, "past the last page").into_response();
+                    }
+                    let results: Vec<Value> = ids((page - 1) * PAGE)
+                        .0
+                        .iter()
+                        .map(|i| json!({"number": i}))
+                        .collect();
+                    axum::Json(
+                        json!({"results": results, "page": page, "total_pages": total_pages}),
+                    )
+                    .into_response()
+                }
+            }),
+        )
+        .route(
+            "/products",
+            get({
+                let once = once.clone();
+                move |Query(q): Params| async move {
+                    // Pages from 0: page 0 is the first.
+                    let start = num(&q, "page") * PAGE;
+                    if let Some(busy) = once.busy(start) {
+                        return busy;
+                    }
+                    let content: Vec<String> =
+                        ids(start).0.iter().map(|i| format!("p{i}")).collect();
+                    let pages = TOTAL.div_ceil(PAGE);
+                    axum::Json(
+                        json!({"content": content, "number": start / PAGE, "totalPages": pages}),
+                    )
+                    .into_response()
+                }
+            }),
+        )
+        .route(
+            "/articles",
+            get({
+                let once = once.clone();
+                move |Query(q): Params| async move {
+                    let start = (num(&q, "p").max(1) - 1) * PAGE;
+                    if let Some(busy) = once.busy(start) {
+                        return busy;
+                    }
+                    let (page, more) = ids(start);
+                    let articles: Vec<String> = page.iter().map(|i| format!("a{i}")).collect();
+                    axum::Json(json!({"articles": articles, "more": more})).into_response()
+                }
+            }),
+        )
+}
+
 async fn serve() -> (String, Arc<AtomicUsize>) {
     let once = Once::default();
     let streamed = Arc::new(AtomicUsize::new(0));
-    let app = axum::Router::new()
+    let app = counted(&once)
         .route(
             "/customers",
             get({
@@ -152,59 +235,6 @@ async fn serve() -> (String, Arc<AtomicUsize>) {
                         .collect();
                     let next = more.then(|| format!("after-{}", start + PAGE));
                     axum::Json(json!({"items": items, "next_page": next})).into_response()
-                }
-            }),
-        )
-        .route(
-            "/logs",
-            get({
-                let once = once.clone();
-                move |Query(q): Params| async move {
-                    let start = num(&q, "skip");
-                    if let Some(busy) = once.busy(start) {
-                        return busy;
-                    }
-                    let lines: Vec<String> =
-                        ids(start).0.iter().map(|i| format!("line {i}")).collect();
-                    axum::Json(json!({"lines": lines})).into_response()
-                }
-            }),
-        )
-        .route(
-            "/invoices",
-            get({
-                let once = once.clone();
-                move |Query(q): Params| async move {
-                    let page = num(&q, "page").max(1);
-                    if let Some(busy) = once.busy((page - 1) * PAGE) {
-                        return busy;
-                    }
-                    let total_pages = TOTAL.div_ceil(PAGE);
-                    if page > total_pages {
-                        return (StatusCode::NOT_FOUND, "past the last page").into_response();
-                    }
-                    let results: Vec<Value> = ids((page - 1) * PAGE)
-                        .0
-                        .iter()
-                        .map(|i| json!({"number": i}))
-                        .collect();
-                    axum::Json(json!({"results": results, "page": page, "total_pages": total_pages}))
-                        .into_response()
-                }
-            }),
-        )
-        .route(
-            "/articles",
-            get({
-                let once = once.clone();
-                move |Query(q): Params| async move {
-                    let start = (num(&q, "p").max(1) - 1) * PAGE;
-                    if let Some(busy) = once.busy(start) {
-                        return busy;
-                    }
-                    let (page, more) = ids(start);
-                    let articles: Vec<String> = page.iter().map(|i| format!("a{i}")).collect();
-                    axum::Json(json!({"articles": articles, "more": more})).into_response()
                 }
             }),
         )
@@ -305,6 +335,18 @@ async fn every_list_pages_itself_once_through_a_503() {
         .collect()
         .await;
     assert_eq!(invoices, (0..TOTAL as i64).collect::<Vec<_>>());
+    // Pages from 0 (the parameter's `minimum: 0`): none is skipped.
+    let products: Vec<String> = client
+        .products()
+        .list(&ListProductsParams::default())
+        .paginate()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(
+        products,
+        (0..TOTAL).map(|i| format!("p{i}")).collect::<Vec<_>>()
+    );
     let articles: Vec<String> = client
         .articles()
         .list(&ListArticlesParams::default())

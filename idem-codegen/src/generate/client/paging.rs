@@ -53,6 +53,9 @@ pub(crate) enum Next {
     },
     Page {
         param: String,
+        /// The first page's number: 0 where the parameter's `minimum` or
+        /// `default` says so, else 1.
+        first: u64,
         /// A pointer to the body's page count or "has a next page" flag.
         last: Option<String>,
     },
@@ -77,12 +80,12 @@ impl Paging {
                 };
                 quote!(::idem_runtime::client::NextPage::Offset { param: #param, limit: #limit })
             }
-            Next::Page { param, last } => {
+            Next::Page { param, first, last } => {
                 let last = match last {
                     Some(l) => quote!(::std::option::Option::Some(#l)),
                     None => quote!(::std::option::Option::None),
                 };
-                quote!(::idem_runtime::client::NextPage::PageNumber { param: #param, last: #last })
+                quote!(::idem_runtime::client::NextPage::PageNumber { param: #param, first: #first, last: #last })
             }
         };
         quote!(::idem_runtime::client::PageSpec { items: #items, next: #next })
@@ -103,7 +106,7 @@ impl Paging {
             Next::Offset { param, .. } => {
                 format!("`{param}` advances by each page's item count")
             }
-            Next::Page { param, last } => {
+            Next::Page { param, first, last } => {
                 let end = match last {
                     Some(last) => format!(
                         ", until `{}` says it was the last",
@@ -111,7 +114,7 @@ impl Paging {
                     ),
                     None => ", until a page comes back empty".to_owned(),
                 };
-                format!("`{param}` counts pages, one more each time{end}")
+                format!("`{param}` counts pages from {first}, one more each time{end}")
             }
         }
     }
@@ -153,7 +156,7 @@ pub(crate) fn recognise(model: &Model, op: &Operation) -> Result<Option<Paging>,
     let prop = |name: &str| property(model, body, name);
 
     if let Some(on @ PaginationExt::On { .. }) = over {
-        return declared(model, body, on);
+        return declared(model, op, body, on);
     }
 
     // The items: the body itself, or its one list property (by name first).
@@ -240,19 +243,8 @@ pub(crate) fn recognise(model: &Model, op: &Operation) -> Result<Option<Paging>,
             )),
         };
     }
-    if has("page")
-        && let Some(last) = PAGE_ENDS.iter().find(|(name, flag)| {
-            prop(name).is_some_and(|s| match s.kind {
-                Kind::Boolean => *flag,
-                Kind::Integer(_) => !*flag,
-                _ => false,
-            })
-        })
-    {
-        return paging(Next::Page {
-            param: "page".into(),
-            last: Some(format!("/{}", last.0)),
-        });
+    if let Some(next) = page_numbers(op, body, model) {
+        return paging(next);
     }
     let link = success
         .header_specs
@@ -284,8 +276,57 @@ const PAGE_ENDS: &[(&str, bool)] = &[
     ("hasNext", true),
 ];
 
+/// A `page` query parameter and, in the body, where the pages end.
+fn page_numbers(op: &Operation, body: &Schema, model: &Model) -> Option<Next> {
+    op.parameters
+        .iter()
+        .any(|p| p.location == "query" && p.name == "page")
+        .then_some(())?;
+    let (name, _) = PAGE_ENDS.iter().find(|(name, flag)| {
+        property(model, body, name).is_some_and(|s| match s.kind {
+            Kind::Boolean => *flag,
+            Kind::Integer(_) => !*flag,
+            _ => false,
+        })
+    })?;
+    Some(Next::Page {
+        param: "page".into(),
+        first: first_page(op, "page"),
+        last: Some(format!("/{name}")),
+    })
+}
+
+/// The number of the first page: 0 where the query parameter `param`
+/// has `minimum: 0` or `default: 0`, else 1.
+fn first_page(op: &Operation, param: &str) -> u64 {
+    let Some(schema) = op
+        .parameters
+        .iter()
+        .find(|p| p.location == "query" && p.name == param)
+        .and_then(|p| p.schema.as_ref())
+    else {
+        return 1;
+    };
+    let minimum = schema
+        .constraints
+        .as_ref()
+        .and_then(|c| c.minimum)
+        .map(|b| b.value);
+    let default = schema.default.as_ref().and_then(serde_json::Value::as_f64);
+    if minimum == Some(0.0) || default == Some(0.0) {
+        0
+    } else {
+        1
+    }
+}
+
 /// The paging `x-pagination` declares, checked against the body it names.
-fn declared(model: &Model, body: &Schema, on: &PaginationExt) -> Result<Option<Paging>, NotPaged> {
+fn declared(
+    model: &Model,
+    op: &Operation,
+    body: &Schema,
+    on: &PaginationExt,
+) -> Result<Option<Paging>, NotPaged> {
     let PaginationExt::On {
         style,
         items,
@@ -331,6 +372,7 @@ fn declared(model: &Model, body: &Schema, on: &PaginationExt) -> Result<Option<P
             limit: limit.clone(),
         },
         PageStyle::Page => Next::Page {
+            first: first_page(op, &param),
             param,
             last: more.clone().map(|m| format!("/{m}")),
         },

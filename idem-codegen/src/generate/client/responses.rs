@@ -456,3 +456,18 @@ fn side(
 pub(super) fn number(n: impl Into<u64>) -> proc_macro2::Literal {
     proc_macro2::Literal::u64_unsuffixed(n.into())
 }
+
+/// The response header an operation declares for the server's request id
+/// (`X-Trace-Id`, `X-Correlation-Id`, `Request-Id`), when it is not one of
+/// the names the runtime reads anyway.
+pub(super) fn declared_request_id(op: &Operation) -> Option<String> {
+    const WORDS: &[&str] = &["request-id", "requestid", "correlation-id", "trace-id"];
+    op.responses
+        .iter()
+        .flat_map(|r| &r.header_specs)
+        .map(|h| h.name.to_ascii_lowercase())
+        .find(|name| {
+            WORDS.iter().any(|w| name.contains(w))
+                && !idem_runtime::protocol::REQUEST_ID_HEADERS.contains(&name.as_str())
+        })
+}

@@ -48,27 +48,7 @@ pub(super) fn request_body(
     let rt = rt();
     let body = op.request_body.as_ref()?;
     if takes_upload(op, wiring) {
-        let mut doc = body.description.clone().unwrap_or_default();
-        if !doc.is_empty() {
-            doc.push_str("\n\n");
-        }
-        doc.push_str(
-            "The uploaded body, read chunk by chunk as it arrives (`.chunk().await`), \
-             never whole in memory; a body over the route's cap is refused.",
-        );
-        let doc = doc_attrs(&doc);
-        let (ty, read) = if body_required(op) {
-            (quote!(#rt::support::Upload), quote!(inbound.upload()))
-        } else {
-            (
-                quote!(::std::option::Option<#rt::support::Upload>),
-                quote!(inbound.has_body().then(|| inbound.upload())),
-            )
-        };
-        return Some(InputField {
-            decl: quote!(#doc pub body: #ty,),
-            read: quote!(body: #read,),
-        });
+        return Some(upload_field(op, body));
     }
     let mut choices = Vec::new();
     for media in &body.media {
@@ -197,6 +177,33 @@ pub(super) fn request_body(
         decl: quote!(#doc pub body: #decl_ty,),
         read: quote!(body: #read,),
     })
+}
+
+/// The body field of an operation that takes a file: an
+/// [`Upload`](idem_runtime::server::support::Upload) the handler reads.
+fn upload_field(op: &Operation, body: &crate::model::RequestBody) -> InputField {
+    let rt = rt();
+    let mut doc = body.description.clone().unwrap_or_default();
+    if !doc.is_empty() {
+        doc.push_str("\n\n");
+    }
+    doc.push_str(
+        "The uploaded body, read chunk by chunk as it arrives (`.chunk().await`), \
+         never whole in memory; a body over the route's cap is refused.",
+    );
+    let doc = doc_attrs(&doc);
+    let (ty, read) = if body_required(op) {
+        (quote!(#rt::support::Upload), quote!(inbound.upload()))
+    } else {
+        (
+            quote!(::std::option::Option<#rt::support::Upload>),
+            quote!(inbound.has_body().then(|| inbound.upload())),
+        )
+    };
+    InputField {
+        decl: quote!(#doc pub body: #ty,),
+        read: quote!(body: #read,),
+    }
 }
 
 /// How the router reads a body of `enc` into the type `ty`.

@@ -60,7 +60,7 @@ pub(super) fn phased(
         };
         items.push(stage_item(&at, bare, reply, &done));
     }
-    let name = &op.name;
+    let name = op.stable_name();
     let template = &op.path;
     // The live request's content type, before the claim: a resumed one has
     // no headers left to check.

@@ -34,14 +34,34 @@ impl<'d> SchemaBuilder<'d> {
                 self.ensure_built(id, depth + 1);
             }
         }
+        let others: Vec<Schema> = parts
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != at)
+            .map(|(_, p)| p.clone())
+            .collect();
+        // A variant that refers to a schema with no type yet is one still
+        // being built: a parent whose `oneOf` lists the children that are
+        // `allOf` it. Distributing over it would give a child its sibling's
+        // shape, so the child stays as it was.
+        let building = variants
+            .iter()
+            .any(|v| matches!(v.kind, Kind::Ref(_)) && self.schemas.resolve(v).kind == Kind::Any);
+        if building {
+            return None;
+        }
+        let untyped: Vec<bool> = variants.iter().map(|v| v.kind == Kind::Any).collect();
+        // Variants that only constrain (`oneOf: [{required: [a]}, {required:
+        // [b]}]`): one object, the other parts'.
+        if untyped.iter().all(|u| *u) {
+            return self.merge(&others).map(Kind::Object);
+        }
+        if untyped.iter().any(|u| *u) {
+            return None;
+        }
         let mut out = Vec::with_capacity(variants.len());
         for variant in variants {
-            let mut group: Vec<Schema> = parts
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != at)
-                .map(|(_, p)| p.clone())
-                .collect();
+            let mut group = others.clone();
             let resolved = self.schemas.resolve(&variant).clone();
             group.push(variant.clone());
             let object = self.merge(&group)?;
