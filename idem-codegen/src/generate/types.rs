@@ -570,6 +570,9 @@ pub(crate) fn doc_attrs(text: &str) -> TokenStream {
     if text.trim().is_empty() {
         return TokenStream::new();
     }
+    // A carriage return alone breaks a line too (old Mac text); rustc
+    // refuses one left inside a doc comment.
+    let text = text.replace("\r\n", "\n").replace('\r', "\n");
     let mut lines = Vec::new();
     let mut in_fence = false;
     for line in text.lines() {
