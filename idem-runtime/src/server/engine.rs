@@ -450,13 +450,7 @@ impl<DB: Backend> Idempotency<DB> {
         parts: &Parts,
     ) -> Result<usize, IdempotencyError> {
         let limit = self.inner.policy.max_request_body;
-        let declared_too_large = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|len| len > limit as u64);
-        if declared_too_large {
+        if super::support::declares_more_than(parts, limit) {
             return Err(IdempotencyError::BodyTooLarge { limit });
         }
         Ok(limit)

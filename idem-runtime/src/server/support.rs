@@ -25,6 +25,7 @@ mod rejection;
 
 pub use super::upload::{Upload, UploadError};
 use inbound::Deadline;
+pub(crate) use inbound::declares_more_than;
 pub use inbound::{Context, Inbound, Node, Style};
 pub use rejection::Rejection;
 use rejection::refusal;

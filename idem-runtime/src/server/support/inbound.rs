@@ -30,6 +30,17 @@ pub enum Style {
     DeepObject,
 }
 
+/// Whether the request's `Content-Length` says its body passes `limit`
+/// bytes, so it can be refused before any of it is read.
+pub(crate) fn declares_more_than(parts: &Parts, limit: usize) -> bool {
+    parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|len| len > limit as u64)
+}
+
 /// One request, read: its head, its path parameters by the spec's names,
 /// its query pairs and its body.
 #[derive(Debug)]
@@ -62,12 +73,7 @@ impl Inbound {
     /// here).
     pub fn read_upload(request: Request, template: &str, limit: usize) -> Result<Self, Rejection> {
         let (parts, body) = request.into_parts();
-        let declared = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|len| len > limit as u64) {
+        if declares_more_than(&parts, limit) {
             return Err(Rejection::too_large(limit));
         }
         let inbound = Self::from_parts(parts, Bytes::new(), template)?;
