@@ -71,6 +71,9 @@ pub struct Diagnostic {
     pub help: Option<String>,
     pub pos: Pos,
     pub operation: Option<OperationRef>,
+    /// For a finding decided by the spec's words: the words and where they
+    /// stand.
+    pub evidence: Option<crate::model::Evidence>,
 }
 
 /// Where a rule's check puts what it finds.
@@ -97,12 +100,36 @@ impl Findings<'_> {
             operation_id: op.operation_id.clone(),
         };
         // The operation's waivers include the root's.
-        self.push(&op.waivers, pos, message, help, Some(target));
+        self.push(&op.waivers, pos, message, help, Some(target), None);
+    }
+
+    /// A finding about one operation, decided by what its words say.
+    pub fn operation_evidence(
+        &mut self,
+        op: &Operation,
+        pos: Pos,
+        message: String,
+        help: Option<String>,
+        evidence: Option<&crate::model::Evidence>,
+    ) {
+        let target = OperationRef {
+            method: op.method,
+            path: op.path.clone(),
+            operation_id: op.operation_id.clone(),
+        };
+        self.push(
+            &op.waivers,
+            pos,
+            message,
+            help,
+            Some(target),
+            evidence.cloned(),
+        );
     }
 
     /// A finding about the document as a whole.
     pub fn document(&mut self, pos: Pos, message: String, help: Option<String>) {
-        self.push(self.root_waivers, pos, message, help, None);
+        self.push(self.root_waivers, pos, message, help, None, None);
     }
 
     fn push(
@@ -112,6 +139,7 @@ impl Findings<'_> {
         message: String,
         help: Option<String>,
         operation: Option<OperationRef>,
+        evidence: Option<crate::model::Evidence>,
     ) {
         if self.waives(waivers) {
             self.waived += 1;
@@ -125,6 +153,7 @@ impl Findings<'_> {
             help,
             pos,
             operation,
+            evidence,
         });
     }
 }

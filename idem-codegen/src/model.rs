@@ -16,10 +16,12 @@ mod build;
 mod names;
 pub mod schema;
 pub(crate) mod select;
+pub(crate) mod words;
 
 pub use build::build;
 pub use schema::{Kind, Schema, SchemaRef, Schemas};
 pub use select::{SelectError, Selection};
+pub use words::{Evidence, Inferred};
 
 /// HTTP methods an OpenAPI path item can hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -138,6 +140,8 @@ pub struct Parameter {
     /// `explode`, when written.
     pub explode: Option<bool>,
     pub description: Option<String>,
+    /// Where the description's value starts, for evidence read from it.
+    pub description_pos: Option<Pos>,
     pub deprecated: bool,
 }
 
@@ -227,8 +231,11 @@ pub struct RequestBody {
     pub media: Vec<Media>,
     /// Top-level fields named like an idempotency key ([`BODY_KEY_FIELDS`]),
     /// from every media type's schema (JSON and form bodies alike), through
-    /// `$ref` and `allOf`.
+    /// `$ref` and `allOf`; then the fields whose description says they are
+    /// a key ([`BodyField::evidence`]).
     pub key_fields: Vec<BodyField>,
+    /// The described top-level fields of the first media type's schema.
+    pub field_texts: Vec<FieldText>,
 }
 
 impl RequestBody {
@@ -250,6 +257,19 @@ pub struct BodyField {
     pub max_length: Option<u64>,
     /// The property's key in the schema (possibly another file).
     pub pos: Pos,
+    /// For a field found by what its description says rather than by its
+    /// name (AWS's `ClientToken`), the words that say it.
+    pub evidence: Option<Evidence>,
+}
+
+/// A top-level request-body field's description, read for what the
+/// operation does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldText {
+    pub name: String,
+    pub description: String,
+    /// Where the description's value starts.
+    pub pos: Pos,
 }
 
 /// Where the key travels and how it was found.
@@ -262,6 +282,28 @@ pub enum KeySource {
     },
     /// A request-body field.
     Body { field: String },
+    /// A query parameter (Google's `requestId`): its index in
+    /// [`Operation::parameters`].
+    Query { name: String, parameter: usize },
+}
+
+impl KeySource {
+    /// `header`, `body` or `query`.
+    pub fn location(&self) -> &'static str {
+        match self {
+            KeySource::Header { .. } => "header",
+            KeySource::Body { .. } => "body",
+            KeySource::Query { .. } => "query",
+        }
+    }
+
+    /// The header, field or parameter name.
+    pub fn name(&self) -> &str {
+        match self {
+            KeySource::Header { name, .. } | KeySource::Query { name, .. } => name,
+            KeySource::Body { field } => field,
+        }
+    }
 }
 
 /// How idem learned that an operation takes a key.
@@ -274,7 +316,8 @@ pub enum KeyOrigin {
     /// idempotent by its effect.
     RootDefault,
     /// No `key:` reached the operation; the spec already shows the key (a
-    /// key header parameter or a key-named body field).
+    /// key header parameter or a key-named body field), or an input's own
+    /// description says it is one ([`KeyPolicy::evidence`]).
     Inferred,
 }
 
@@ -301,6 +344,9 @@ pub struct KeyPolicy {
     pub misplaced: Option<usize>,
     /// How the key was found; `None` when the operation takes no key.
     pub origin: Option<KeyOrigin>,
+    /// When the key was recognised by what its description says, not by its
+    /// name: the words.
+    pub evidence: Option<Evidence>,
 }
 
 impl KeyPolicy {
@@ -390,6 +436,8 @@ pub struct Operation {
     pub responses_pos: Option<Pos>,
     /// The declared effect, if any.
     pub declared_effect: Option<Located<Effect>>,
+    /// The effect the operation's own words say, when none is declared.
+    pub inferred_effect: Option<Inferred<Effect>>,
     pub key: KeyPolicy,
     pub class: RetryClass,
     /// `If-Match` is required and `412` documented.
@@ -426,12 +474,60 @@ impl Operation {
         self.operation_id.as_deref().unwrap_or(&self.name)
     }
 
-    /// The effect: declared, or the method's default (`None` for an
-    /// undeclared POST or PATCH).
+    /// The effect the retry class follows: declared; else inferred from the
+    /// operation's words when that makes a repeat *less* safe (a PUT that
+    /// adds, a DELETE that refunds); else the method's default (`None` for
+    /// an undeclared POST or PATCH). An inferred read is not taken here: it
+    /// never makes a client retry what it would not retry otherwise.
     pub fn effect(&self) -> Option<Effect> {
+        self.declared_effect.map(|e| e.value).or_else(|| {
+            self.inferred_effect
+                .as_ref()
+                .filter(|i| !i.value.is_idempotent())
+                .map(|i| i.value)
+                .or_else(|| self.method.default_effect())
+        })
+    }
+
+    /// The effect shown to people: declared, else inferred (a read too),
+    /// else the method's default.
+    pub fn shown_effect(&self) -> Option<Effect> {
         self.declared_effect
             .map(|e| e.value)
+            .or_else(|| self.inferred_effect.as_ref().map(|i| i.value))
             .or_else(|| self.method.default_effect())
+    }
+
+    /// Where [`Operation::shown_effect`] comes from.
+    pub fn effect_source(&self) -> FactSource {
+        if self.declared_effect.is_some() {
+            FactSource::Declared
+        } else if self.inferred_effect.is_some() {
+            FactSource::Inferred
+        } else {
+            FactSource::Method
+        }
+    }
+
+    /// The evidence of an inferred effect that decided the retry class (a
+    /// PUT or DELETE whose words say a repeat repeats).
+    pub fn effect_evidence(&self) -> Option<&Evidence> {
+        if self.declared_effect.is_some() {
+            return None;
+        }
+        self.inferred_effect.as_ref().map(|i| &i.evidence)
+    }
+
+    /// A POST with no declared effect whose words read as a query: the
+    /// evidence. It stays `unsafe` until `effect: read` is declared.
+    pub fn undeclared_read(&self) -> Option<&Evidence> {
+        if self.declared_effect.is_some() || self.key.requirement != KeyRequirement::None {
+            return None;
+        }
+        self.inferred_effect
+            .as_ref()
+            .filter(|i| i.value == Effect::Read && self.method == Method::Post)
+            .map(|i| &i.evidence)
     }
 
     /// Whether the operation changes server state.
@@ -446,6 +542,27 @@ impl Operation {
 
     pub fn response(&self, status: &str) -> Option<&Response> {
         self.responses.iter().find(|r| r.status == status)
+    }
+}
+
+/// Where a fact about an operation came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FactSource {
+    /// idem's vocabulary, or another tool's extension read as an alias.
+    Declared,
+    /// The spec's own words.
+    Inferred,
+    /// RFC 9110's default for the method.
+    Method,
+}
+
+impl FactSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FactSource::Declared => "declared",
+            FactSource::Inferred => "inferred",
+            FactSource::Method => "method",
+        }
     }
 }
 

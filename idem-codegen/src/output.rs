@@ -172,7 +172,17 @@ fn diagnostic_human(model: &Model, d: &Diagnostic, color: bool) -> String {
         Severity::Error => Level::ERROR,
         Severity::Warning => Level::WARNING,
     };
-    let notes: Vec<String> = d.help.iter().cloned().collect();
+    let mut notes: Vec<String> = d.help.iter().cloned().collect();
+    if let Some(e) = &d.evidence {
+        let sources = &model.document.sources;
+        notes.push(format!(
+            "the words stand in its {} at {}:{}:{}",
+            e.field,
+            sources.display(e.pos.file),
+            e.pos.line,
+            e.pos.column
+        ));
+    }
     snippet_message(
         &model.document.sources,
         Message {
@@ -354,7 +364,7 @@ fn plural(n: usize, word: &str) -> String {
 /// The effect shown for an operation: declared, or what its method implies
 /// (an undeclared POST creates; an undeclared PATCH promises nothing).
 fn effect_name(op: &Operation) -> Option<Effect> {
-    op.effect().or(match op.method {
+    op.shown_effect().or(match op.method {
         Method::Post => Some(Effect::Create),
         _ => None,
     })
@@ -362,6 +372,17 @@ fn effect_name(op: &Operation) -> Option<Effect> {
 
 fn key_name(op: &Operation) -> KeyRequirement {
     op.key.requirement
+}
+
+/// An inferred fact's evidence, as JSON and SARIF show it.
+fn evidence_json(sources: &SourceMap, e: &crate::model::Evidence) -> Json {
+    json!({
+        "words": e.words,
+        "field": e.field,
+        "file": sources.display(e.pos.file),
+        "line": e.pos.line,
+        "column": e.pos.column,
+    })
 }
 
 fn diagnostic_json(sources: &SourceMap, d: &Diagnostic) -> Json {
@@ -378,6 +399,7 @@ fn diagnostic_json(sources: &SourceMap, d: &Diagnostic) -> Json {
         "column": d.pos.column,
         "message": d.message,
         "help": d.help,
+        "evidence": d.evidence.as_ref().map(|e| evidence_json(sources, e)),
     })
 }
 
@@ -395,15 +417,16 @@ pub fn json_report(model: &Model, report: &Report) -> Json {
                 "class": op.class.as_str(),
                 "key": key_name(op),
                 "key_source": op.key.origin.map(KeyOrigin::as_str),
-                "key_in": op.key.source.as_ref().map(|s| match s {
-                    KeySource::Header { .. } => "header",
-                    KeySource::Body { .. } => "body",
-                }),
-                "key_name": op.key.source.as_ref().map(|s| match s {
-                    KeySource::Header { name, .. } => name.as_str(),
-                    KeySource::Body { field } => field.as_str(),
-                }),
+                "key_in": op.key.source.as_ref().map(KeySource::location),
+                "key_name": op.key.source.as_ref().map(KeySource::name),
+                "key_evidence": op.key.evidence.as_ref().map(|e| evidence_json(sources, e)),
                 "effect": effect_name(op),
+                "effect_source": op.effect_source().as_str(),
+                "effect_evidence": op
+                    .inferred_effect
+                    .as_ref()
+                    .filter(|_| op.declared_effect.is_none())
+                    .map(|i| evidence_json(sources, &i.evidence)),
             })
         })
         .collect();
@@ -476,7 +499,7 @@ pub fn sarif_with_root(model: &Model, report: &Report, root: &Path) -> Json {
                 Some(o) => format!("{}:{} {}", d.code, o.method, o.path),
                 None => format!("{}:{}", d.code, d.message),
             };
-            json!({
+            let mut result = json!({
                 "ruleId": d.code,
                 "ruleIndex": index,
                 "level": d.severity.as_str(),
@@ -488,7 +511,19 @@ pub fn sarif_with_root(model: &Model, report: &Report, root: &Path) -> Json {
                     }
                 }],
                 "partialFingerprints": { "idemFinding/v1": identity },
-            })
+            });
+            if let Some(e) = &d.evidence {
+                // The words that decided the finding, where they stand.
+                result["relatedLocations"] = json!([{
+                    "id": 1,
+                    "physicalLocation": {
+                        "artifactLocation": sarif_artifact(sources, e.pos.file, root),
+                        "region": { "startLine": e.pos.line.max(1), "startColumn": e.pos.column.max(1) },
+                    },
+                    "message": { "text": format!("evidence in its {}: \"{}\"", e.field, e.words) },
+                }]);
+            }
+            result
         })
         .collect();
     sarif_log("idem", rules, results, root)

@@ -217,6 +217,8 @@ pub enum KeyPlace {
     Header(String),
     /// A top-level field of a JSON body.
     Body(String),
+    /// A query parameter (Google's `requestId`).
+    Query(String),
 }
 
 /// One keyed operation and the checks it gets.
@@ -358,6 +360,7 @@ pub fn plan(
         let key = match &op.key.source {
             Some(KeySource::Header { name, .. }) => KeyPlace::Header(name.clone()),
             Some(KeySource::Body { field }) => KeyPlace::Body(field.clone()),
+            Some(KeySource::Query { name, .. }) => KeyPlace::Query(name.clone()),
             None => KeyPlace::Header(op.settings.header.clone()),
         };
         let given = bodies

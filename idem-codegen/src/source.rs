@@ -115,6 +115,34 @@ impl SourceFile {
         self.text.get(self.line_range(line)?)
     }
 
+    /// Where `needle` (ASCII, matched case-insensitively) first occurs at or
+    /// after `from`, within `window` bytes: how a word found in a scalar's
+    /// value is placed in the file, since the value's own position is where
+    /// the scalar starts. `None` when it does not occur there (an escape or a
+    /// line fold inside the words).
+    pub fn find_after(&self, from: Pos, needle: &str, window: usize) -> Option<Pos> {
+        let range = self.line_range(from.line)?;
+        let index = self.index();
+        let start = self.text[range.clone()]
+            .char_indices()
+            .nth(from.column.max(1) as usize - 1)
+            .map_or(range.end, |(i, _)| range.start + i);
+        let end = (start + window).min(self.text.len());
+        let hay = self.text.get(start..end).or_else(|| {
+            // `window` cut a character: back off to its start.
+            (start..end)
+                .rev()
+                .find(|e| self.text.is_char_boundary(*e))
+                .and_then(|e| self.text.get(start..e))
+        })?;
+        let found = start + find_ascii_ci(hay.as_bytes(), needle.as_bytes())?;
+        // The line holding `found`, and its character column.
+        let line = index.starts.partition_point(|&s| s <= found).max(1);
+        let line_start = *index.starts.get(line - 1)?;
+        let column = self.text.get(line_start..found)?.chars().count() + 1;
+        Some(Pos::new(from.file, line, column))
+    }
+
     /// The part of `line` around 1-based character `column`: the whole
     /// line when it is short, else `before` characters before the column
     /// and `after` from it, each cut side marked with `…`. The cost does
@@ -212,6 +240,15 @@ impl SourceMap {
     pub fn is_empty(&self) -> bool {
         self.files.is_empty()
     }
+}
+
+/// Byte offset of the first case-insensitive match of ASCII `needle`.
+fn find_ascii_ci(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || needle.len() > hay.len() {
+        return None;
+    }
+    hay.windows(needle.len())
+        .position(|w| w.eq_ignore_ascii_case(needle))
 }
 
 fn display_path(path: &Path) -> String {

@@ -93,6 +93,7 @@ keyword_enum!(
     KeyIn {
         Header = "header",
         Body = "body",
+        Query = "query",
     }
 );
 

@@ -76,6 +76,7 @@ mod reaper_before_replay_window;
 mod replay_window_shorter_than_retry_horizon;
 mod undecided_failure_replay;
 mod undeclared_protocol_refusals;
+mod undeclared_read_only;
 mod unidentified_key_scope;
 mod unkeyed_unsafe_write;
 
@@ -96,6 +97,7 @@ pub static RULES: &[&Rule] = &[
     &undeclared_protocol_refusals::RULE,
     &unidentified_key_scope::RULE,
     &claim_at_commit_outside_transaction::RULE,
+    &undeclared_read_only::RULE,
 ];
 
 use crate::model::{Model, Operation};

@@ -425,7 +425,9 @@ fn resumed(op: &Operation, root: &model::KeySettings, retry: &RetryPolicy) -> Re
 fn key_carrier(op: &Operation) -> (bool, String) {
     match &op.key.source {
         Some(KeySource::Body { field }) => (true, text::clean(field)),
-        Some(KeySource::Header { name, .. }) => (false, text::clean(name)),
+        Some(KeySource::Header { name, .. } | KeySource::Query { name, .. }) => {
+            (false, text::clean(name))
+        }
         None => (false, String::new()),
     }
 }

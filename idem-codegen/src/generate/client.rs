@@ -813,6 +813,9 @@ fn spec_items(
         (_, Some(KeySource::Body { field })) => {
             quote!(::idem_runtime::client::support::KeyLocation::Body(#field))
         }
+        (_, Some(KeySource::Query { name, .. })) => {
+            quote!(::idem_runtime::client::support::KeyLocation::Query(#name))
+        }
     };
     let security: Vec<String> = op
         .security
@@ -961,6 +964,7 @@ fn method_doc(model: &Model, op: &Operation) -> String {
             let location = match &op.key.source {
                 Some(KeySource::Header { name, .. }) => format!("in the `{name}` header"),
                 Some(KeySource::Body { field }) => format!("in the body's `{field}` field"),
+                Some(KeySource::Query { name, .. }) => format!("in the `{name}` query parameter"),
                 None => "with the request".to_owned(),
             };
             let required = if op.key.requirement == KeyRequirement::Required { "requires" } else { "accepts" };

@@ -709,6 +709,9 @@ fn policy(op: &Operation, accepted: &mut bool) -> TokenStream {
             calls.push(quote!(.key_in(#rt::KeyIn::Body).body_field(#field)));
         }
         Some(KeySource::Header { name, .. }) => calls.push(quote!(.header(#name))),
+        Some(KeySource::Query { name, .. }) => {
+            calls.push(quote!(.key_in(#rt::KeyIn::Query).query_parameter(#name)));
+        }
         None => {}
     }
     let requirement = match op.key.requirement {
@@ -794,6 +797,7 @@ fn method_doc(op: &Operation, wiring: Wiring) -> String {
     let location = match &op.key.source {
         Some(KeySource::Header { name, .. }) => format!("the `{name}` header"),
         Some(KeySource::Body { field }) => format!("the body's `{field}` field"),
+        Some(KeySource::Query { name, .. }) => format!("the `{name}` query parameter"),
         None => "the request".to_owned(),
     };
     let text = match wiring {

@@ -8,11 +8,13 @@ use crate::vocab::{
 };
 
 use super::schema::SchemaBuilder;
+use super::words::{self, KeyWords, Text, TextKind};
 use super::{
-    BODY_KEY_FIELD, BODY_KEY_FIELDS, BodyField, Encoding, HeaderSpec, KeyOrigin, KeyPolicy,
-    KeySource, Media, Method, Model, Operation, Parameter, Prose, RequestBody, Response,
-    RetryClass, Root, Schemas, SecurityKind, SecurityScheme, Webhook, is_common_key_header,
-    key_settings, merge_idempotency, merge_retry, read_extensions, retry_policy,
+    BODY_KEY_FIELD, BODY_KEY_FIELDS, BodyField, Encoding, Evidence, FieldText, HeaderSpec,
+    KeyOrigin, KeyPolicy, KeySource, Media, Method, Model, Operation, Parameter, Prose,
+    RequestBody, Response, RetryClass, Root, Schemas, SecurityKind, SecurityScheme, Webhook,
+    is_common_key_header, key_settings, merge_idempotency, merge_retry, read_extensions,
+    retry_policy,
 };
 
 /// Build the model of `document`. `rule_names` are the slugs and codes that
@@ -302,16 +304,30 @@ impl<'d> Builder<'d, '_> {
 
         let mut key_headers: Vec<&str> = vec![settings.header.as_str()];
         key_headers.extend(aliases.fern_headers.iter().map(String::as_str));
+        let operation_id = op
+            .get("operationId")
+            .and_then(Node::as_str)
+            .map(str::to_owned);
+        // What the words say, when nothing is declared.
+        let inferred_effect = if ext.effect.is_none() && !method.is_safe() {
+            self.infer_effect(op, method, path, pos, request_body.as_ref())
+        } else {
+            None
+        };
         // The root's `key:` covers what is not idempotent by its effect.
-        let effect = ext
-            .effect
-            .map(|e| e.value)
-            .or_else(|| method.default_effect());
+        let effect = ext.effect.map(|e| e.value).or_else(|| {
+            inferred_effect
+                .as_ref()
+                .filter(|i| !i.value.is_idempotent())
+                .map(|i| i.value)
+                .or_else(|| method.default_effect())
+        });
         let root_key = root
             .idempotency
             .key
             .filter(|_| !effect.is_some_and(Effect::is_idempotent));
         let key = key_policy(
+            &self.doc.sources,
             &ext,
             root_key,
             &parameters,
@@ -319,10 +335,6 @@ impl<'d> Builder<'d, '_> {
             &key_headers,
         );
 
-        let operation_id = op
-            .get("operationId")
-            .and_then(Node::as_str)
-            .map(str::to_owned);
         let name = operation_id
             .clone()
             .unwrap_or_else(|| derived_name(method, path));
@@ -356,6 +368,7 @@ impl<'d> Builder<'d, '_> {
             responses,
             responses_pos: op.entry("responses").map(|(k, _)| k.pos),
             declared_effect: ext.effect,
+            inferred_effect,
             key,
             class: RetryClass::Unsafe,
             conditional,
@@ -376,6 +389,58 @@ impl<'d> Builder<'d, '_> {
         };
         operation.class = classify(&operation);
         Ok(operation)
+    }
+
+    /// The effect `op`'s own words say: its summary, description,
+    /// operationId, the last word of its path, and its request fields'
+    /// descriptions, in that order.
+    fn infer_effect(
+        &self,
+        op: &Node,
+        method: Method,
+        path: &str,
+        pos: Pos,
+        body: Option<&RequestBody>,
+    ) -> Option<super::Inferred<Effect>> {
+        let mut texts = Vec::new();
+        for (field, kind) in [
+            ("summary", TextKind::Summary),
+            ("description", TextKind::Prose),
+            ("operationId", TextKind::Name),
+        ] {
+            if let Some(node) = op.get(field)
+                && let Some(text) = node.as_str()
+            {
+                texts.push(Text {
+                    field: field.to_owned(),
+                    text,
+                    pos: node.pos,
+                    kind,
+                });
+            }
+        }
+        if let Some(action) = words::path_action(path) {
+            texts.push(Text {
+                field: "path".to_owned(),
+                text: action,
+                pos,
+                kind: TextKind::Name,
+            });
+        }
+        for field in body.map_or(&[][..], |b| &b.field_texts) {
+            texts.push(Text {
+                field: format!("requestBody.{}", field.name),
+                text: &field.description,
+                pos: field.pos,
+                kind: TextKind::Prose,
+            });
+        }
+        words::infer_effect(
+            &self.doc.sources,
+            &texts,
+            matches!(method, Method::Put | Method::Delete),
+            method == Method::Post,
+        )
     }
 
     /// Parameters of `node`; with `shared`, path-level parameters not
@@ -421,6 +486,7 @@ impl<'d> Builder<'d, '_> {
                 style: text("style"),
                 explode: param.get("explode").and_then(Node::as_bool),
                 description: text("description"),
+                description_pos: param.get("description").map(|d| d.pos),
                 deprecated: param.get("deprecated").and_then(Node::as_bool) == Some(true),
             });
         }
@@ -442,6 +508,8 @@ impl<'d> Builder<'d, '_> {
         let mut content_types = Vec::new();
         let mut properties = Vec::new();
         let mut key_fields: Vec<BodyField> = Vec::new();
+        let mut field_texts: Vec<FieldText> = Vec::new();
+        let mut described: Vec<(KeyWords, BodyField)> = Vec::new();
         if let Some(content) = body.get("content").and_then(Node::as_map) {
             for (media, entry) in content {
                 content_types.push(media.name.clone());
@@ -452,6 +520,13 @@ impl<'d> Builder<'d, '_> {
                 self.collect_properties(schema, &mut found, 0)?;
                 if properties.is_empty() {
                     properties.clone_from(&found.names);
+                    field_texts = std::mem::take(&mut found.texts);
+                }
+                for (words, mut field) in std::mem::take(&mut found.described) {
+                    field.required = found.required.contains(&field.name);
+                    if !described.iter().any(|(_, f)| f.name == field.name) {
+                        described.push((words, field));
+                    }
                 }
                 for mut field in found.key_fields {
                     field.required = found.required.contains(&field.name);
@@ -463,6 +538,14 @@ impl<'d> Builder<'d, '_> {
         }
         // Order by the preference of BODY_KEY_FIELDS, so the first is the key.
         key_fields.sort_by_key(|f| BODY_KEY_FIELDS.iter().position(|n| *n == f.name));
+        // Then the fields whose description says they are a key.
+        // The plainest first; a stable sort keeps the schema's order.
+        described.sort_by_key(|(words, _)| *words);
+        for (_, field) in described {
+            if !key_fields.iter().any(|f| f.name == field.name) {
+                key_fields.push(field);
+            }
+        }
         Ok(RequestBody {
             required: body.get("required").and_then(Node::as_bool) == Some(true),
             content_types,
@@ -474,6 +557,7 @@ impl<'d> Builder<'d, '_> {
                 .map(str::to_owned),
             media: self.media(body.get("content")),
             key_fields,
+            field_texts,
         })
     }
 
@@ -502,7 +586,86 @@ impl<'d> Builder<'d, '_> {
                         schema_type: schema_type(field_schema),
                         max_length: max_length(field_schema),
                         pos: key.pos,
+                        evidence: None,
                     });
+                }
+                let field_schema = self.doc.resolve(value)?;
+                // AWS writes a property's description beside its `$ref`, as
+                // `allOf: [{$ref}, {description}]`.
+                let description = field_schema.get("description").or_else(|| {
+                    field_schema
+                        .get("allOf")
+                        .and_then(Node::as_seq)
+                        .unwrap_or(&[])
+                        .iter()
+                        .find_map(|part| part.get("description"))
+                });
+                // The type, through AWS's `allOf: [{$ref: Long}, …]` too.
+                let ty = schema_type(field_schema).or_else(|| {
+                    field_schema
+                        .get("allOf")
+                        .and_then(Node::as_seq)
+                        .unwrap_or(&[])
+                        .iter()
+                        .find_map(|part| self.doc.resolve(part).ok().and_then(schema_type))
+                });
+                let named = (ty.as_deref().is_none_or(|t| t == "string")
+                    && !BODY_KEY_FIELDS.contains(&key.name.as_str()))
+                .then(|| {
+                    words::token_named(
+                        &key.name,
+                        description.and_then(Node::as_str),
+                        format!("requestBody.{}", key.name),
+                        key.pos,
+                    )
+                })
+                .flatten();
+                if let Some(evidence) = named
+                    && !out.described.iter().any(|(_, f)| f.name == key.name)
+                {
+                    out.described.push((
+                        KeyWords::Named,
+                        BodyField {
+                            name: key.name.clone(),
+                            required: false,
+                            schema_type: ty.clone(),
+                            max_length: max_length(field_schema),
+                            pos: key.pos,
+                            evidence: Some(evidence),
+                        },
+                    ));
+                }
+                if let Some(description) = description
+                    && let Some(text) = description.as_str()
+                    && !out.texts.iter().any(|t| t.name == key.name)
+                {
+                    out.texts.push(FieldText {
+                        name: key.name.clone(),
+                        description: text.to_owned(),
+                        pos: description.pos,
+                    });
+                    if !BODY_KEY_FIELDS.contains(&key.name.as_str())
+                        && !out.described.iter().any(|(_, f)| f.name == key.name)
+                        && ty.as_deref().is_none_or(|t| t == "string")
+                        && let Some((words, evidence)) = words::describes_key(
+                            &self.doc.sources,
+                            format!("requestBody.{}", key.name),
+                            text,
+                            description.pos,
+                        )
+                    {
+                        out.described.push((
+                            words,
+                            BodyField {
+                                name: key.name.clone(),
+                                required: false,
+                                schema_type: ty,
+                                max_length: max_length(field_schema),
+                                pos: key.pos,
+                                evidence: Some(evidence),
+                            },
+                        ));
+                    }
                 }
             }
         }
@@ -583,6 +746,7 @@ impl<'d> Builder<'d, '_> {
 /// then what the spec shows (a key header parameter, else a key-named body
 /// field). `key-in` narrows where the key is looked for.
 fn key_policy(
+    sources: &crate::source::SourceMap,
     ext: &IdempotencyExt,
     root_key: Option<Located<KeyRequirement>>,
     parameters: &[Parameter],
@@ -601,11 +765,48 @@ fn key_policy(
             && (key_headers.iter().any(|h| h.eq_ignore_ascii_case(&p.name))
                 || is_common_key_header(&p.name))
     });
+    // A header or query parameter whose description says it is the key
+    // (Google's `requestId`), when none is named like one.
+    let described = |location: &str| {
+        let mut found: Vec<(KeyWords, usize, Evidence)> = parameters
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                if p.location != location || p.schema_type.as_deref().is_some_and(|t| t != "string")
+                {
+                    return None;
+                }
+                let field = format!("parameters.{}", p.name);
+                let (words, evidence) =
+                    words::token_named(&p.name, p.description.as_deref(), field.clone(), p.pos)
+                        .map(|e| (KeyWords::Named, e))
+                        .or_else(|| {
+                            words::describes_key(
+                                sources,
+                                field,
+                                p.description.as_deref()?,
+                                p.description_pos.unwrap_or(p.pos),
+                            )
+                        })?;
+                Some((words, i, evidence))
+            })
+            .collect();
+        // The plainest; the first declared among equals.
+        found.sort_by_key(|(words, i, _)| (*words, *i));
+        found.into_iter().next().map(|(_, i, e)| (i, e))
+    };
+    let described_header = if header.is_none() {
+        described("header")
+    } else {
+        None
+    };
+    let header = header.or(described_header.as_ref().map(|(i, _)| *i));
     let header_param = header.and_then(|i| parameters.get(i));
     let misplaced = parameters
         .iter()
         .position(|p| p.location != "header" && is_key_name(&p.name));
     let field = body.and_then(|b| b.key_fields.first());
+    let query = described("query");
 
     let header_found = header_param.map(|p| requirement_of(p.required));
     let header_source = KeySource::Header {
@@ -625,12 +826,32 @@ fn key_policy(
     let body_source = KeySource::Body {
         field: field.map_or_else(|| BODY_KEY_FIELD.to_owned(), |f| f.name.clone()),
     };
-    let (found, source) = match ext.key_in.map(|k| k.value) {
-        Some(KeyIn::Body) => (body_found, body_source),
-        Some(KeyIn::Header) => (header_found, header_source),
-        None if header_found.is_some() => (header_found, header_source),
-        None if body_found.is_some() => (body_found, body_source),
-        None => (None, header_source),
+    let header_evidence = described_header.map(|(_, e)| e);
+    let body_evidence = field.and_then(|f| f.evidence.clone());
+    let query_found = query
+        .as_ref()
+        .and_then(|(i, _)| parameters.get(*i))
+        .map(|p| requirement_of(p.required));
+    let query_source = query.as_ref().and_then(|(i, _)| {
+        parameters.get(*i).map(|p| KeySource::Query {
+            name: p.name.clone(),
+            parameter: *i,
+        })
+    });
+    let query_evidence = query.map(|(_, e)| e);
+    let (found, source, evidence) = match ext.key_in.map(|k| k.value) {
+        Some(KeyIn::Body) => (body_found, body_source, body_evidence),
+        Some(KeyIn::Header) => (header_found, header_source, header_evidence),
+        Some(KeyIn::Query) => match query_source {
+            Some(source) => (query_found, source, query_evidence),
+            None => (None, header_source, None),
+        },
+        None if header_found.is_some() => (header_found, header_source, header_evidence),
+        None if body_found.is_some() => (body_found, body_source, body_evidence),
+        None => match query_source {
+            Some(source) if query_found.is_some() => (query_found, source, query_evidence),
+            _ => (None, header_source, None),
+        },
     };
     let (declared, declared_origin) = match ext.key {
         Some(own) => (Some(own), KeyOrigin::Declared),
@@ -653,6 +874,7 @@ fn key_policy(
                 KeyOrigin::Inferred
             }
         }),
+        evidence: evidence.filter(|_| takes_key),
     }
 }
 
@@ -710,6 +932,10 @@ struct SchemaFacts {
     names: Vec<String>,
     key_fields: Vec<BodyField>,
     required: Vec<String>,
+    /// Described properties, for what the words say.
+    texts: Vec<FieldText>,
+    /// Properties whose description says they are a key.
+    described: Vec<(KeyWords, BodyField)>,
 }
 
 fn schema_type(schema: &Node) -> Option<String> {

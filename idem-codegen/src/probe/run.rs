@@ -555,6 +555,10 @@ impl Runner<'_> {
                 }
                 note.push(format!("key {}", shown_key(k)));
             }
+            (KeyValue::Some(k), KeyPlace::Query(name)) => {
+                request = request.query(&[(name.as_str(), k.as_str())]);
+                note.push(format!("key {}", shown_key(k)));
+            }
             (KeyValue::Some(k), KeyPlace::Body(_)) => note.push(format!("key {}", shown_key(k))),
         }
         if send.caller == Caller::Second {

@@ -53,6 +53,8 @@ pub enum KeyLocation {
     Header(&'static str),
     /// In this top-level field of the JSON or form body.
     Body(&'static str),
+    /// In this query parameter (Google's `requestId`).
+    Query(&'static str),
 }
 
 /// Per-operation `x-retry` settings; `None` keeps the client's.
@@ -497,6 +499,14 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
                 }
             }
             (KeyLocation::Header(_), Some(key)) => header_key = Some(key.clone()),
+            (KeyLocation::Query(name), Some(key)) => {
+                // A key the caller set as the parameter itself is kept.
+                if !request.query.iter().any(|(n, _)| n == name) {
+                    request
+                        .query
+                        .push((name.to_owned(), key.as_str().to_owned()));
+                }
+            }
             _ => {}
         }
         let (content_type, bytes) = match &request.body {

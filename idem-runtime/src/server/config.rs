@@ -26,6 +26,9 @@ pub enum KeyIn {
     /// [`Policy::body_field`] (Twilio's `IdempotencyKey`). Read from a JSON
     /// object, or from a form-urlencoded body.
     Body,
+    /// In a query parameter named with [`Policy::query_parameter`]: APIs
+    /// that describe a request id as their key (Google's `requestId`).
+    Query,
 }
 
 /// The request-body field read under [`KeyIn::Body`] unless
@@ -127,6 +130,7 @@ pub struct Policy {
     pub(crate) header: String,
     pub(crate) key_in: KeyIn,
     pub(crate) body_field: String,
+    pub(crate) query_parameter: String,
     pub(crate) key_max_length: usize,
     pub(crate) scope_max_length: usize,
     pub(crate) key: KeyRequirement,
@@ -171,6 +175,7 @@ impl Default for Policy {
             header: "idempotency-key".to_owned(),
             key_in: KeyIn::Header,
             body_field: BODY_KEY_FIELD.to_owned(),
+            query_parameter: "requestId".to_owned(),
             key_max_length: 255,
             scope_max_length: DEFAULT_SCOPE_MAX_LENGTH,
             key: KeyRequirement::Required,
@@ -262,6 +267,18 @@ impl Policy {
     /// ```
     pub fn body_field(mut self, name: &str) -> Self {
         name.clone_into(&mut self.body_field);
+        self
+    }
+
+    /// The query parameter that holds the key under [`KeyIn::Query`]
+    /// (default `requestId`), matched exactly.
+    ///
+    /// ```
+    /// use idem_runtime::server::{KeyIn, Policy};
+    /// let p = Policy::new().key_in(KeyIn::Query).query_parameter("requestId");
+    /// ```
+    pub fn query_parameter(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.query_parameter);
         self
     }
 

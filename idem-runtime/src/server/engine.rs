@@ -440,6 +440,25 @@ impl<DB: Backend> Idempotency<DB> {
                     }
                 })
             }
+            KeyIn::Query => {
+                let parameter = &policy.query_parameter;
+                let mut values = form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
+                    .filter(|(name, _)| name == parameter.as_str())
+                    .map(|(_, value)| value);
+                let invalid = |problem| IdempotencyError::InvalidQueryKey {
+                    parameter: parameter.clone(),
+                    problem,
+                };
+                let Some(value) = values.next() else {
+                    return Ok(None);
+                };
+                if values.next().is_some() {
+                    return Err(invalid(super::error::KeyProblem::Repeated));
+                }
+                super::key::validate(value.as_bytes(), policy.key_max_length)
+                    .map(Some)
+                    .map_err(invalid)
+            }
             KeyIn::Body => Ok(None),
         }
     }
@@ -546,6 +565,9 @@ impl<DB: Backend> Idempotency<DB> {
             KeyIn::Body => IdempotencyError::MissingBodyKey {
                 field: self.inner.policy.body_field.clone(),
                 not_json: false,
+            },
+            KeyIn::Query => IdempotencyError::MissingQueryKey {
+                parameter: self.inner.policy.query_parameter.clone(),
             },
         }
     }

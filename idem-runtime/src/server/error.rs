@@ -276,6 +276,20 @@ pub enum IdempotencyError {
         /// What is wrong with it.
         problem: KeyProblem,
     },
+    /// The operation requires a key in a query parameter and none was sent.
+    #[error("this operation requires an idempotency key in the {parameter:?} query parameter")]
+    MissingQueryKey {
+        /// The query parameter.
+        parameter: String,
+    },
+    /// The key in the query string is malformed.
+    #[error("the {parameter:?} query parameter {problem}")]
+    InvalidQueryKey {
+        /// The query parameter.
+        parameter: String,
+        /// What is wrong with it.
+        problem: KeyProblem,
+    },
     /// The key in a status resource's path is malformed.
     #[error("the idempotency key in the request path {problem}")]
     InvalidPathKey {
@@ -387,11 +401,12 @@ impl IdempotencyError {
     /// The machine-readable code in the error body.
     pub fn code(&self) -> &'static str {
         match self {
-            IdempotencyError::MissingKey { .. } | IdempotencyError::MissingBodyKey { .. } => {
-                protocol::KEY_MISSING.code
-            }
+            IdempotencyError::MissingKey { .. }
+            | IdempotencyError::MissingBodyKey { .. }
+            | IdempotencyError::MissingQueryKey { .. } => protocol::KEY_MISSING.code,
             IdempotencyError::InvalidKey { .. }
             | IdempotencyError::InvalidBodyKey { .. }
+            | IdempotencyError::InvalidQueryKey { .. }
             | IdempotencyError::InvalidPathKey { .. } => protocol::KEY_INVALID.code,
             IdempotencyError::KeyUnknown => "idempotency_key_unknown",
             IdempotencyError::ScopeRejected { status, .. }
@@ -421,8 +436,10 @@ impl IdempotencyError {
         match self {
             IdempotencyError::MissingKey { .. }
             | IdempotencyError::MissingBodyKey { .. }
+            | IdempotencyError::MissingQueryKey { .. }
             | IdempotencyError::InvalidKey { .. }
             | IdempotencyError::InvalidBodyKey { .. }
+            | IdempotencyError::InvalidQueryKey { .. }
             | IdempotencyError::InvalidPathKey { .. }
             | IdempotencyError::InvalidScope { .. } => StatusCode::BAD_REQUEST,
             IdempotencyError::KeyUnknown => StatusCode::NOT_FOUND,
@@ -462,8 +479,10 @@ impl IdempotencyError {
         match self {
             IdempotencyError::MissingKey { .. }
             | IdempotencyError::MissingBodyKey { .. }
+            | IdempotencyError::MissingQueryKey { .. }
             | IdempotencyError::InvalidKey { .. }
             | IdempotencyError::InvalidBodyKey { .. }
+            | IdempotencyError::InvalidQueryKey { .. }
             | IdempotencyError::InvalidPathKey { .. }
             | IdempotencyError::KeyUnknown
             | IdempotencyError::ScopeRejected { .. }

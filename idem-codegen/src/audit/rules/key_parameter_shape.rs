@@ -97,6 +97,14 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
                 pos: p.pos,
             })
         }
+        Some(KeySource::Query { parameter, .. }) => op.parameters.get(*parameter).map(|p| Shown {
+            what: "parameter",
+            name: &p.name,
+            required: p.required,
+            schema_type: p.schema_type.as_deref(),
+            max_length: p.max_length,
+            pos: p.pos,
+        }),
         Some(KeySource::Body { field }) => op
             .request_body
             .as_ref()
@@ -181,7 +189,7 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
                     "add `{field}` (a string with `maxLength: {limit}`) to the request body schema"
                 )),
             ),
-            None => {}
+            Some(KeySource::Query { .. }) | None => {}
         }
     } else if declared.is_none()
         && let Some(key_in) = op.ext.key_in.filter(|k| k.value == KeyIn::Body)

@@ -75,21 +75,45 @@ fn check(model: &Model, out: &mut Findings<'_>) {
     for op in model
         .operations
         .iter()
-        .filter(|o| o.class == RetryClass::Unsafe)
+        // A POST whose words read as a query is `undeclared-read-only`'s.
+        .filter(|o| o.class == RetryClass::Unsafe && o.undeclared_read().is_none())
     {
-        let message = match op.declared_effect {
-            Some(effect) if op.method.default_effect().is_some() => format!(
-                "{} {} declares effect `{}`, which breaks the idempotency RFC 9110 promises for {}, and it accepts no idempotency key",
-                op.method, op.path, effect.value, op.method
+        let inferred = op
+            .effect_evidence()
+            .zip(op.inferred_effect.as_ref())
+            .filter(|(_, i)| !i.value.is_idempotent());
+        let message = match (op.declared_effect, inferred) {
+            (None, Some((evidence, i))) if op.method.default_effect().is_some() => format!(
+                "{} {} says it {}: its {} reads \"{}\", which breaks the idempotency RFC 9110 promises for {}, and it accepts no idempotency key",
+                op.method,
+                op.path,
+                effect_words(i.value),
+                evidence.field,
+                evidence.words,
+                op.method
             ),
-            Some(effect) => format!(
-                "{} {} has effect `{}` and accepts no idempotency key",
-                op.method, op.path, effect.value
+            (None, Some((evidence, i))) => format!(
+                "{} {} says it {} (its {}: \"{}\") and accepts no idempotency key",
+                op.method,
+                op.path,
+                effect_words(i.value),
+                evidence.field,
+                evidence.words
             ),
-            None => format!(
-                "{} {} is not idempotent and accepts no idempotency key",
-                op.method, op.path
-            ),
+            (declared, _) => match declared {
+                Some(effect) if op.method.default_effect().is_some() => format!(
+                    "{} {} declares effect `{}`, which breaks the idempotency RFC 9110 promises for {}, and it accepts no idempotency key",
+                    op.method, op.path, effect.value, op.method
+                ),
+                Some(effect) => format!(
+                    "{} {} has effect `{}` and accepts no idempotency key",
+                    op.method, op.path, effect.value
+                ),
+                None => format!(
+                    "{} {} is not idempotent and accepts no idempotency key",
+                    op.method, op.path
+                ),
+            },
         };
         let body_key = op
             .request_body
@@ -117,7 +141,28 @@ fn check(model: &Model, out: &mut Findings<'_>) {
                 "it reads like a query (`{word}`): if it changes nothing, declare `x-idempotency: {{ effect: read }}`; otherwise {help}"
             );
         }
-        out.operation(op, op.pos, message, Some(help));
+        if let Some(default) = inferred.and(op.method.default_effect()) {
+            help = format!(
+                "{help}; if a repeat does nothing more, declare `x-idempotency: {{ effect: {} }}` to overrule the words",
+                default.as_str()
+            );
+        }
+        out.operation_evidence(op, op.pos, message, Some(help), inferred.map(|(e, _)| e));
+    }
+}
+
+/// What an inferred effect says a repeat does, for the message.
+fn effect_words(effect: crate::vocab::Effect) -> &'static str {
+    use crate::vocab::Effect;
+    match effect {
+        Effect::Append => "appends or adds",
+        Effect::Increment => "increments",
+        Effect::Decrement => "decrements",
+        Effect::External => {
+            "has an effect outside the API (it sends, charges, refunds, pays or transfers)"
+        }
+        Effect::Create => "makes something new on each call",
+        Effect::Read | Effect::Replace | Effect::Delete => "changes state",
     }
 }
 
