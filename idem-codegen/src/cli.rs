@@ -42,6 +42,12 @@ pub enum Command {
     /// malformed keys, caller isolation, refusals that must not be stored.
     /// Exit 1 when a check fails or cannot decide.
     Probe(ProbeArgs),
+    /// Write an OpenAPI Overlay 1.0 document that declares what the audit
+    /// can decide for SPEC: effects and keys read from its words (each
+    /// quoted), a key on every other unkeyed unsafe write, the key
+    /// conflicts, Retry-After, a failure-replay decision. Review it, commit
+    /// it beside the spec, and pass it with --overlay.
+    Suggest(SuggestArgs),
     /// List the rules.
     Rules,
     /// Print a rule's page, or a probe check's, by code (IDEM001, PROBE001)
@@ -64,6 +70,59 @@ pub enum Command {
     /// phased record due again (`resume`). Exit 1 when the record is not
     /// found, 2 on bad input or a store that cannot be read.
     Keys(keys::KeysArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SuggestArgs {
+    /// The OpenAPI document (YAML or JSON).
+    pub spec: PathBuf,
+    /// Overlays already in use, applied first (repeatable): the suggestion
+    /// adds to them.
+    #[arg(long, value_name = "FILE")]
+    pub overlay: Vec<PathBuf>,
+    /// Write the overlay to FILE instead of printing it.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+fn run_suggest(
+    args: &SuggestArgs,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+    color: bool,
+) -> std::io::Result<i32> {
+    let Some(model) = load_model(&args.spec, &args.overlay, stderr, color)? else {
+        return Ok(EXIT_ERROR);
+    };
+    let suggestion = crate::suggest::suggest(&model);
+    let Some(out) = &args.out else {
+        return write_out(stdout, &suggestion.text);
+    };
+    match crate::write::write_if_changed(out, &suggestion.text) {
+        Ok(_) => {
+            writeln!(
+                stderr,
+                "wrote {}: {} action(s){}; review it, then `idem audit {} --overlay {}`",
+                out.display(),
+                suggestion.actions,
+                if suggestion.unreachable.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", {} left for a person (see its comments)",
+                        suggestion.unreachable.len()
+                    )
+                },
+                args.spec.display(),
+                out.display()
+            )?;
+            Ok(EXIT_CLEAN)
+        }
+        Err(e) => {
+            writeln!(stderr, "error: cannot write {}: {e}", out.display())?;
+            Ok(EXIT_ERROR)
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -280,6 +339,12 @@ where
         Command::Generate(args) => run_generate(&args, stdout, stderr, terminals),
         Command::Docs(args) => run_docs(&args, stdout, stderr, terminals),
         Command::Workflow(args) => run_workflow(&args, stdout, stderr),
+        Command::Suggest(args) => run_suggest(
+            &args,
+            stdout,
+            stderr,
+            use_color(ColorChoice::Auto, terminals.stderr),
+        ),
         Command::Probe(args) => crate::probe::cli::run(&args, stdout, stderr, terminals),
         Command::Keys(args) => Ok(keys::run(&args, stdout, stderr)),
         Command::Rules => {

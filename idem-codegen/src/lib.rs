@@ -22,6 +22,7 @@ pub mod model;
 pub mod output;
 pub mod probe;
 pub mod source;
+pub mod suggest;
 pub mod tree;
 pub mod vocab;
 pub mod write;

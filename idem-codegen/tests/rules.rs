@@ -97,7 +97,7 @@ rule_fixtures! {
     unkeyed_unsafe_write: "unkeyed-unsafe-write" => [
         (16, "IDEM001"), (29, "IDEM001"), (47, "IDEM001"), (57, "IDEM001"),
         (72, "IDEM001"), (89, "IDEM001"), (155, "IDEM001"), (182, "IDEM001"),
-        (241, "IDEM001"), (250, "IDEM001"),
+        (241, "IDEM001"), (250, "IDEM001"), (258, "IDEM001"), (264, "IDEM001"),
     ];
     global_key_scope: "global-key-scope" => [(14, "IDEM002"), (53, "IDEM002")];
     replay_window_shorter_than_retry_horizon: "replay-window-shorter-than-retry-horizon" => [
@@ -135,6 +135,7 @@ rule_fixtures! {
         (19, "IDEM012"), (31, "IDEM012"), (39, "IDEM012"), (52, "IDEM012"),
     ];
     undeclared_protocol_refusals: "undeclared-protocol-refusals" => [(24, "IDEM013"), (35, "IDEM013")];
+    undeclared_read_only: "undeclared-read-only" => [(13, "IDEM016"), (19, "IDEM016"), (26, "IDEM016")];
     unidentified_key_scope: "unidentified-key-scope" => [
         (16, "IDEM014"), (25, "IDEM014"), (34, "IDEM014"),
     ];

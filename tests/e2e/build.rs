@@ -24,6 +24,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("streams.yaml", "streams", false),
         // Raw-byte bodies the handler reads as they arrive.
         ("uploads.yaml", "uploads", false),
+        // Keys the spec describes in words: a body field, a query parameter.
+        ("described-keys.yaml", "described_keys", true),
+        // A spec in prose only: the PUT that adds, the DELETE that refunds.
+        ("hotel.yaml", "hotel", true),
     ] {
         Config::new()
             .server(true)

@@ -66,6 +66,8 @@ pub struct Endpoint {
     pub key_name: String,
     /// Unsafe: the spec's `unsafe-retry` warning (class `unsafe-documented`).
     pub warning: Option<String>,
+    /// A PUT or DELETE whose own words say a repeat repeats: the words.
+    pub inferred: Option<String>,
     /// Measured p99 latency and the per-attempt timeout it gives, where the
     /// operation declares its own.
     pub p99: Option<String>,
@@ -455,6 +457,10 @@ fn endpoint(
         key_in_body,
         key_name,
         warning: op.unsafe_retry.as_ref().map(|w| text::clean(&w.value)),
+        inferred: op
+            .effect_evidence()
+            .filter(|_| op.method.default_effect().is_some() && !op.is_idempotent())
+            .map(|e| text::clean(&format!("its {} says \u{201c}{}\u{201d}", e.field, e.words))),
         p99: own_p99.map(text::duration_short),
         attempt_timeout: own_p99
             .map(|p| text::duration_short(p.saturating_mul(protocol::P99_TIMEOUT_FACTOR))),
@@ -619,7 +625,9 @@ fn representative<'o>(ops: &[&'o Operation]) -> Option<&'o Operation> {
             .is_some_and(|b| b.media.iter().any(|m| is_json(&m.media_type)));
         (
             o.method == model::Method::Post,
-            o.effect() == Some(crate::vocab::Effect::Create),
+            // Declared: a POST the words say starts a job is no better an
+            // example than one that says nothing.
+            o.declared_effect.map(|e| e.value) == Some(crate::vocab::Effect::Create),
             json_body,
         )
     };

@@ -589,7 +589,10 @@ impl<'d> Builder<'d, '_> {
                         evidence: None,
                     });
                 }
-                let field_schema = self.doc.resolve(value)?;
+                // A broken `$ref` under a field only costs its words.
+                let Ok(field_schema) = self.doc.resolve(value) else {
+                    continue;
+                };
                 // AWS writes a property's description beside its `$ref`, as
                 // `allOf: [{$ref}, {description}]`.
                 let description = field_schema.get("description").or_else(|| {
@@ -644,8 +647,13 @@ impl<'d> Builder<'d, '_> {
                         description: text.to_owned(),
                         pos: description.pos,
                     });
+                    // The words, when they say it, are better evidence
+                    // than the name.
                     if !BODY_KEY_FIELDS.contains(&key.name.as_str())
-                        && !out.described.iter().any(|(_, f)| f.name == key.name)
+                        && !out
+                            .described
+                            .iter()
+                            .any(|(w, f)| f.name == key.name && *w != KeyWords::Named)
                         && ty.as_deref().is_none_or(|t| t == "string")
                         && let Some((words, evidence)) = words::describes_key(
                             &self.doc.sources,
@@ -654,6 +662,7 @@ impl<'d> Builder<'d, '_> {
                             description.pos,
                         )
                     {
+                        out.described.retain(|(_, f)| f.name != key.name);
                         out.described.push((
                             words,
                             BodyField {
@@ -777,17 +786,18 @@ fn key_policy(
                     return None;
                 }
                 let field = format!("parameters.{}", p.name);
-                let (words, evidence) =
-                    words::token_named(&p.name, p.description.as_deref(), field.clone(), p.pos)
+                let described = p.description.as_deref().and_then(|d| {
+                    words::describes_key(
+                        sources,
+                        field.clone(),
+                        d,
+                        p.description_pos.unwrap_or(p.pos),
+                    )
+                });
+                let (words, evidence) = described.or_else(|| {
+                    words::token_named(&p.name, p.description.as_deref(), field, p.pos)
                         .map(|e| (KeyWords::Named, e))
-                        .or_else(|| {
-                            words::describes_key(
-                                sources,
-                                field,
-                                p.description.as_deref()?,
-                                p.description_pos.unwrap_or(p.pos),
-                            )
-                        })?;
+                })?;
                 Some((words, i, evidence))
             })
             .collect();

@@ -315,7 +315,26 @@ fn repeat_effect(
             // `rerunBuild`, not `buildRerun` or `broadcasts/remove`.
             TextKind::Name => at == name_lead(toks) && !word.ends_with('s'),
         };
-        if !position_ok || negated(toks, at) {
+        if negated(toks, at) {
+            continue;
+        }
+        // "a new version" is no verb: it is read wherever it stands.
+        if word == "new"
+            && next_word(toks, at) == Some("version")
+            && toks[..at]
+                .iter()
+                .rev()
+                .take_while(|t| t.sentence == tok.sentence)
+                .take(3)
+                .any(|t| matches!(t.word.as_str(), "creates" | "create" | "adds" | "produces"))
+        {
+            return Some(Claim {
+                effect: Effect::Create,
+                first: at.saturating_sub(2),
+                last: at + 1,
+            });
+        }
+        if !position_ok {
             continue;
         }
         // A request field's description names what the field is for, not
@@ -413,22 +432,6 @@ fn repeat_effect(
                 });
             }
         }
-        // "creates a new version", "a new version of that secret".
-        if word == "new"
-            && next_word(toks, at) == Some("version")
-            && toks[..at]
-                .iter()
-                .rev()
-                .take_while(|t| t.sentence == tok.sentence)
-                .take(3)
-                .any(|t| matches!(t.word.as_str(), "creates" | "create" | "adds" | "produces"))
-        {
-            return Some(Claim {
-                effect: Effect::Create,
-                first: at.saturating_sub(2),
-                last: at + 1,
-            });
-        }
         // A PUT or DELETE whose summary or description creates, and does
         // not create-or-update: Xero's "Creates one or more new invoices".
         if method_is_put_or_delete
@@ -513,34 +516,16 @@ fn upsert(toks: &[Token], at: usize) -> bool {
 /// The last token of a verb's object: up to three words, stopping at a
 /// preposition or the sentence's end.
 fn object_end(toks: &[Token], at: usize) -> usize {
+    const STOPS: &[&str] = &[
+        "to", "for", "from", "with", "when", "if", "and", "or", "in", "on", "by", "through", "via",
+        "at", "into", "after", "before", "so", "which", "that", "of", "within",
+    ];
     let sentence = toks[at].sentence;
     let mut last = at;
     for (i, t) in toks.iter().enumerate().skip(at + 1).take(3) {
-        if t.sentence != sentence
-            || matches!(
-                t.word.as_str(),
-                "to" | "for"
-                    | "from"
-                    | "with"
-                    | "when"
-                    | "if"
-                    | "and"
-                    | "or"
-                    | "in"
-                    | "on"
-                    | "by"
-                    | "through"
-                    | "via"
-                    | "at"
-                    | "into"
-                    | "after"
-                    | "before"
-                    | "so"
-                    | "which"
-                    | "that"
-                    | "of"
-            )
-        {
+        // "one or more invoices".
+        let or_more = t.word == "or" && toks.get(i + 1).is_some_and(|n| n.word == "more");
+        if t.sentence != sentence || (STOPS.contains(&t.word.as_str()) && !or_more) {
             break;
         }
         last = i;
@@ -733,10 +718,12 @@ const WRITE_VERBS: &[&str] = &[
 fn read_claim(texts: &[(&Text<'_>, TextKind, Vec<Token>)]) -> Option<(usize, usize, usize)> {
     let mut found = None;
     for (index, (_, kind, toks)) in texts.iter().enumerate() {
-        if says_write(*kind, toks) == Some(Strength::Plain) {
+        let strength = says_write(*kind, toks);
+        if strength == Some(Strength::Plain) {
             return None;
         }
-        if found.is_some() {
+        // A generic `create…` name reads only through another text.
+        if found.is_some() || strength.is_some() {
             continue;
         }
         if let Some((first, last)) = read_phrase(toks).or_else(|| read_lead(*kind, toks)) {
@@ -1015,13 +1002,13 @@ const TOKEN_NAMES: &[&str] = &["clienttoken", "clientrequesttoken", "idempotency
 /// inputs say so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum KeyWords {
-    /// Named as AWS names its tokens.
-    Named,
     /// "idempotency", "deduplicate".
     Says,
     /// "ignore the request if it has already been completed", "identical
     /// requests".
     Describes,
+    /// Named as AWS names its tokens.
+    Named,
     /// "without running the operation twice".
     Implies,
 }

@@ -56,6 +56,17 @@ pub mod uploads {
     idem_runtime::include_api!("uploads");
 }
 
+/// `fixtures/described-keys.yaml`: AWS's `ClientToken` body field and
+/// Google's `requestId` query parameter, keys by what they say.
+pub mod described_keys {
+    idem_runtime::include_api!("described_keys");
+}
+
+/// `fixtures/hotel.yaml`: an API described in prose only.
+pub mod hotel {
+    idem_runtime::include_api!("hotel");
+}
+
 /// `fixtures/directory/`: one module per minimal case of what real specs
 /// from APIs.guru's directory broke.
 pub mod directory {
