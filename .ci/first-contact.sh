@@ -48,9 +48,12 @@ printf '[workspace]\nresolver = "3"\nmembers = ["crates/api", "app"]\n' > "$ws/C
 cd "$ws"
 # 3. The section's commands, exactly.
 "$idem" audit openapi.yaml
+"$idem" suggest openapi.yaml --out idempotency.overlay.yaml
+grep -q '^overlay: 1.0.0$' idempotency.overlay.yaml
+"$idem" audit openapi.yaml --overlay idempotency.overlay.yaml
 "$idem" workflow --spec openapi.yaml --out .github/workflows/idem.yml
 grep -q '^  IDEM_SPEC: openapi.yaml$' .github/workflows/idem.yml
-"$idem" generate openapi.yaml --out crates/api
+"$idem" generate openapi.yaml --overlay idempotency.overlay.yaml --out crates/api
 # Installed from a checkout: the crate depends on that checkout's runtime.
 grep -q "^idem-runtime = { path = \"$root/idem-runtime\"" crates/api/Cargo.toml
 # A runtime path that is not one is refused, and nothing is written.

@@ -78,8 +78,8 @@ pub struct SuggestArgs {
     pub spec: PathBuf,
     /// Overlays already in use, applied first (repeatable): the suggestion
     /// adds to them.
-    #[arg(long, value_name = "FILE")]
-    pub overlay: Vec<PathBuf>,
+    #[arg(long = "overlay", value_name = "FILE")]
+    pub overlays: Vec<PathBuf>,
     /// Write the overlay to FILE instead of printing it.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
@@ -91,7 +91,7 @@ fn run_suggest(
     stderr: &mut dyn Write,
     color: bool,
 ) -> std::io::Result<i32> {
-    let Some(model) = load_model(&args.spec, &args.overlay, stderr, color)? else {
+    let Some(model) = load_model(&args.spec, &args.overlays, stderr, color)? else {
         return Ok(EXIT_ERROR);
     };
     let suggestion = crate::suggest::suggest(&model);

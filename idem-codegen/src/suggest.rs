@@ -64,6 +64,7 @@ pub fn suggest(model: &Model) -> Suggestion {
         .map_or(255, |l| l.value);
     let mut actions = Vec::new();
     let mut unreachable = Vec::new();
+    let mut advice: Vec<String> = Vec::new();
     let mut keyed_after = false;
     let mut touched_responses: BTreeSet<String> = BTreeSet::new();
 
@@ -88,12 +89,31 @@ pub fn suggest(model: &Model) -> Suggestion {
         let mut comment: Vec<String> = Vec::new();
         let mut parameters = String::new();
 
-        // The effect the words say.
-        if let Some(inferred) = op
+        // The effect the words say, declared where it decides the class
+        // (a PUT or DELETE that repeats, a POST that reads). A POST that
+        // says it sends or charges is unsafe by its method already: the
+        // words are passed on as advice, since declaring `external` asks
+        // for phases only a person can name.
+        let inferred = op
             .inferred_effect
             .as_ref()
-            .filter(|_| op.declared_effect.is_none())
-            && (inferred.value != Effect::Read || op.undeclared_read().is_some())
+            .filter(|_| op.declared_effect.is_none());
+        if let Some(inferred) = inferred
+            && op.method.default_effect().is_none()
+            && inferred.value == Effect::External
+        {
+            let e = &inferred.evidence;
+            advice.push(format!(
+                "{} {}: its {} says \"{}\"; if it calls another system, declare `effect: external` and its `phases`",
+                op.method,
+                op.path,
+                e.field,
+                one_line(&e.words)
+            ));
+        }
+        if let Some(inferred) = inferred
+            && (op.undeclared_read().is_some()
+                || (op.method.default_effect().is_some() && !inferred.value.is_idempotent()))
         {
             let e = &inferred.evidence;
             comment.push(format!(
@@ -250,6 +270,9 @@ pub fn suggest(model: &Model) -> Suggestion {
     );
     for line in &unreachable {
         let _ = writeln!(text, "# Not reachable by an overlay: {line}.");
+    }
+    for line in &advice {
+        let _ = writeln!(text, "# For a person: {line}.");
     }
     text.push_str("overlay: 1.0.0\ninfo:\n");
     let _ = writeln!(

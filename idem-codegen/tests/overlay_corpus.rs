@@ -60,7 +60,8 @@ fn the_stripe_overlay_keys_every_post() {
     let spec = spec.to_str().unwrap();
     let before = idem(&["audit", "--format", "json", spec]);
     assert_eq!(before.code, EXIT_FINDINGS);
-    assert_eq!(counts(&before.stdout), (222, 0, 0, 222));
+    // One POST reads as a query in its words (`…/validate`): a warning.
+    assert_eq!(counts(&before.stdout), (221, 1, 0, 221));
 
     let overlay = example("stripe.yaml");
     let after = idem(&["audit", "--format", "json", spec, "--overlay", &overlay]);

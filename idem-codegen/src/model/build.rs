@@ -438,7 +438,7 @@ impl<'d> Builder<'d, '_> {
         words::infer_effect(
             &self.doc.sources,
             &texts,
-            matches!(method, Method::Put | Method::Delete),
+            words::PlainCreate::of(matches!(method, Method::Put | Method::Delete), path),
             method == Method::Post,
         )
     }

@@ -302,7 +302,7 @@ struct Claim {
 fn repeat_effect(
     kind: TextKind,
     toks: &[Token],
-    method_is_put_or_delete: bool,
+    plain_create: PlainCreate,
     field: bool,
 ) -> Option<Claim> {
     for (at, tok) in toks.iter().enumerate() {
@@ -434,7 +434,12 @@ fn repeat_effect(
         }
         // A PUT or DELETE whose summary or description creates, and does
         // not create-or-update: Xero's "Creates one or more new invoices".
-        if method_is_put_or_delete
+        let plain_create_counts = match plain_create {
+            PlainCreate::Never => false,
+            PlainCreate::Prose => kind != TextKind::Name,
+            PlainCreate::Always => true,
+        };
+        if plain_create_counts
             && matches!(word, "create" | "creates")
             && (lead || kind == TextKind::Name && at == 0)
             && !upsert(toks, at)
@@ -511,6 +516,10 @@ fn upsert(toks: &[Token], at: usize) -> bool {
                 .any(|n| NEGATIONS.contains(n) || *n == "already")
     }) || rest.windows(2).any(|w| w == ["or", "replace"])
         || rest.first() == Some(&"or")
+        // "Create/Overwrite", "create/update".
+        || rest.first().is_some_and(|w| {
+            matches!(*w, "update" | "updates" | "overwrite" | "overwrites" | "replace" | "replaces")
+        })
 }
 
 /// The last token of a verb's object: up to three words, stopping at a
@@ -666,8 +675,6 @@ const WRITE_VERBS: &[&str] = &[
     "publishes",
     "execute",
     "executes",
-    "run",
-    "runs",
     "insert",
     "inserts",
     "write",
@@ -847,14 +854,41 @@ fn read_lead(kind: TextKind, toks: &[Token]) -> Option<(usize, usize)> {
     None
 }
 
-/// The effect an operation's words say, with the words. `put_or_delete`
-/// lets a plain "creates" count (a POST creates by its method already).
-/// Non-idempotent claims come first: an operation that "searches and
-/// charges" charges.
+/// Where a plain "creates" says a repeat makes something new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PlainCreate {
+    /// A POST (it creates by its method already), or a PUT of Azure
+    /// Resource Manager, whose contract makes every PUT a create-or-update.
+    Never,
+    /// A PUT to a URL that ends with the new resource's name (`PUT
+    /// /jobs/{jobId}`): RFC 9110's create-at-this-URL, so a generated
+    /// operationId's `Create…` says nothing; the prose may still say more.
+    Prose,
+    /// A PUT or DELETE to a collection or an action: Xero's "Creates one
+    /// or more new invoices".
+    Always,
+}
+
+impl PlainCreate {
+    /// The rule for `method` on `path`.
+    pub(crate) fn of(put_or_delete: bool, path: &str) -> PlainCreate {
+        let lower = path.to_ascii_lowercase();
+        if !put_or_delete || lower.contains("/providers/microsoft.") {
+            PlainCreate::Never
+        } else if path.trim_end_matches('/').ends_with('}') {
+            PlainCreate::Prose
+        } else {
+            PlainCreate::Always
+        }
+    }
+}
+
+/// The effect an operation's words say, with the words. Non-idempotent
+/// claims come first: an operation that "searches and charges" charges.
 pub(crate) fn infer_effect(
     sources: &SourceMap,
     texts: &[Text<'_>],
-    put_or_delete: bool,
+    plain_create: PlainCreate,
     is_post: bool,
 ) -> Option<Inferred<Effect>> {
     let read: Vec<(&Text<'_>, TextKind, Vec<Token>)> = texts
@@ -866,7 +900,12 @@ pub(crate) fn infer_effect(
         .collect();
     for (text, kind, toks) in &read {
         let field = text.field.starts_with("requestBody.");
-        if let Some(claim) = repeat_effect(*kind, toks, put_or_delete && !field, field) {
+        let plain_create = if field {
+            PlainCreate::Never
+        } else {
+            plain_create
+        };
+        if let Some(claim) = repeat_effect(*kind, toks, plain_create, field) {
             return Some(Inferred {
                 value: claim.effect,
                 evidence: evidence(sources, text, *kind, toks, claim.first, claim.last),

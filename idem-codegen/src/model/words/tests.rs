@@ -21,8 +21,13 @@ fn put(kind: TextKind, value: &'static str) -> Option<(Effect, String)> {
     } else {
         "description"
     };
-    infer_effect(&sources, &[text(field, kind, value)], true, false)
-        .map(|i| (i.value, i.evidence.words))
+    infer_effect(
+        &sources,
+        &[text(field, kind, value)],
+        PlainCreate::Always,
+        false,
+    )
+    .map(|i| (i.value, i.evidence.words))
 }
 
 /// What a POST's texts say: `(summary, description, operationId)`.
@@ -42,7 +47,7 @@ fn post(
     if !id.is_empty() {
         texts.push(text("operationId", TextKind::Name, id));
     }
-    infer_effect(&sources, &texts, false, true).map(|i| (i.value, i.evidence.words))
+    infer_effect(&sources, &texts, PlainCreate::Never, true).map(|i| (i.value, i.evidence.words))
 }
 
 fn says(effect: Effect, words: &str) -> Option<(Effect, String)> {
@@ -206,7 +211,7 @@ fn names_lead_with_their_verb() {
         infer_effect(
             &sources,
             &[text("operationId", TextKind::Name, value)],
-            true,
+            PlainCreate::Always,
             false,
         )
         .map(|i| i.value)
@@ -358,7 +363,7 @@ fn evidence_is_placed_at_its_words() {
         pos: Pos::new(file, 2, 16),
         kind: TextKind::Prose,
     }];
-    let inferred = infer_effect(&sources, &texts, true, false).unwrap();
+    let inferred = infer_effect(&sources, &texts, PlainCreate::Always, false).unwrap();
     assert_eq!(inferred.evidence.words, "adds `points` to the balance");
     assert_eq!(
         (inferred.evidence.pos.line, inferred.evidence.pos.column),
