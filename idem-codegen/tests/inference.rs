@@ -277,3 +277,101 @@ fn keys_read_from_descriptions_match_the_labelled_set() {
     }
     assert!(precision >= 0.95 && recall >= 0.90, "{wrong:#?}");
 }
+
+fn audit_as(format: &str, spec: &str) -> String {
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let code = idem_codegen::cli::run(
+        ["idem", "audit", "--format", format, spec],
+        &mut out,
+        &mut err,
+    );
+    assert_eq!(
+        code,
+        idem_codegen::cli::EXIT_FINDINGS,
+        "{}",
+        String::from_utf8_lossy(&err)
+    );
+    String::from_utf8(out).unwrap()
+}
+
+/// The hotel API in prose: the PUT that adds and the DELETE that refunds
+/// are errors in every format, with the words and where they stand.
+#[test]
+fn evidence_reaches_every_format() {
+    let spec = "../fixtures/hotel.yaml";
+    let json: serde_json::Value = serde_json::from_str(&audit_as("json", spec)).unwrap();
+    let op = |path: &str, method: &str| {
+        json["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["path"] == path && o["method"] == method)
+            .unwrap()
+            .clone()
+    };
+    let points = op("/reservations/{id}/loyalty-points", "PUT");
+    assert_eq!(points["class"], "unsafe");
+    assert_eq!(points["effect"], "append");
+    assert_eq!(points["effect_source"], "inferred");
+    assert_eq!(
+        points["effect_evidence"]["words"],
+        "adds `points` to the guest's balance"
+    );
+    assert_eq!(
+        (
+            points["effect_evidence"]["line"].as_u64(),
+            points["effect_evidence"]["column"].as_u64()
+        ),
+        (Some(93), Some(19))
+    );
+    let cancel = op("/reservations/{id}", "DELETE");
+    assert_eq!(
+        (cancel["class"].as_str(), cancel["effect"].as_str()),
+        (Some("unsafe"), Some("external"))
+    );
+    let search = op("/reservations/search", "POST");
+    assert_eq!(
+        (
+            search["class"].as_str(),
+            search["effect"].as_str(),
+            search["effect_source"].as_str()
+        ),
+        (Some("unsafe"), Some("read"), Some("inferred"))
+    );
+    assert_eq!(op("/reservations/{id}", "PUT")["effect_source"], "method");
+    let diagnostic = json["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["rule"] == "unkeyed-unsafe-write" && d["method"] == "PUT")
+        .unwrap();
+    assert_eq!(diagnostic["evidence"]["field"], "description");
+    assert!(
+        diagnostic["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"adds `points` to the guest's balance\"")
+    );
+
+    let sarif: serde_json::Value = serde_json::from_str(&audit_as("sarif", spec)).unwrap();
+    let results = sarif["runs"][0]["results"].as_array().unwrap();
+    let refund = results
+        .iter()
+        .find(|r| {
+            r["message"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("refunds the deposit")
+        })
+        .unwrap();
+    let related = &refund["relatedLocations"][0];
+    assert_eq!(related["physicalLocation"]["region"]["startLine"], 82);
+    assert_eq!(related["physicalLocation"]["region"]["startColumn"], 37);
+
+    let human = audit_as("human", spec);
+    assert!(
+        human.contains("the words stand in its description at ../fixtures/hotel.yaml:82:37"),
+        "{human}"
+    );
+}

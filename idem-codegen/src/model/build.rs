@@ -438,7 +438,11 @@ impl<'d> Builder<'d, '_> {
         words::infer_effect(
             &self.doc.sources,
             &texts,
-            words::PlainCreate::of(matches!(method, Method::Put | Method::Delete), path),
+            words::PlainCreate::of(
+                matches!(method, Method::Put | Method::Delete),
+                path,
+                body.map_or(&[][..], |b| &b.properties),
+            ),
             method == Method::Post,
         )
     }
@@ -612,6 +616,8 @@ impl<'d> Builder<'d, '_> {
                         .iter()
                         .find_map(|part| self.doc.resolve(part).ok().and_then(schema_type))
                 });
+                // A field with properties is an object, whatever its words.
+                let ty = ty.or_else(|| field_schema.get("properties").map(|_| "object".to_owned()));
                 let named = (ty.as_deref().is_none_or(|t| t == "string")
                     && !BODY_KEY_FIELDS.contains(&key.name.as_str()))
                 .then(|| {

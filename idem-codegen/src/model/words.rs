@@ -310,7 +310,14 @@ fn repeat_effect(
         let lead = at == 0 || toks[at - 1].sentence != tok.sentence;
         let position_ok = match kind {
             TextKind::Summary => lead || third_person(word),
-            TextKind::Prose => third_person(word),
+            // "Creates …", or DigitalOcean's "To start the installation
+            // of updates, send a PUT request to …".
+            TextKind::Prose => {
+                third_person(word)
+                    || (at == 1 || at > 1 && toks[at - 2].sentence != tok.sentence)
+                        && toks[at - 1].word == "to"
+                        && toks[at - 1].sentence == tok.sentence
+            }
             // A name is read by its first word only, a base form:
             // `rerunBuild`, not `buildRerun` or `broadcasts/remove`.
             TextKind::Name => at == name_lead(toks) && !word.ends_with('s'),
@@ -340,9 +347,44 @@ fn repeat_effect(
         // A request field's description names what the field is for, not
         // what the call does ("the day that starts a workweek"): only its
         // totals and versions count.
-        if let Some(effect) = verb_effect(word).filter(|_| !field) {
+        // A description's verbs count in its first sentence, which says
+        // what the call does; later ones describe the feature around it
+        // ("… Amazon Pinpoint sends you an email when …"), unless they say
+        // each call does it.
+        let verb_counts = !field
+            && (kind != TextKind::Prose || tok.sentence == 0 || says_each_call(toks, tok.sentence));
+        if let Some(effect) = verb_effect(word).filter(|_| verb_counts) {
             let next = next_word(toks, at);
             if next.is_some_and(|n| NEGATIONS.contains(&n) || n == "nothing") {
+                continue;
+            }
+            // Money verbs lead names that are nouns: `PayCode`,
+            // `PurchaseOrders`, `ChargeDetails`.
+            if kind == TextKind::Name
+                && matches!(
+                    word,
+                    "pay" | "charge" | "refund" | "transfer" | "purchase" | "buy"
+                )
+            {
+                continue;
+            }
+            // "events include message sends": a noun.
+            if at > 0 && matches!(toks[at - 1].word.as_str(), "message" | "email" | "messages") {
+                continue;
+            }
+            // "sends back an HTTP 200": the answer, not a message.
+            if word.contains("send")
+                && toks.iter().skip(at + 1).take(3).any(|t| {
+                    matches!(
+                        t.word.as_str(),
+                        "back" | "http" | "response" | "status" | "request" | "requests"
+                    )
+                })
+            {
+                continue;
+            }
+            // Playback and agents start as a state; a job starts anew.
+            if word.starts_with("start") && !starts_a_job(toks, at) {
                 continue;
             }
             // GitHub's "This endpoint triggers notifications": a note on
@@ -371,7 +413,7 @@ fn repeat_effect(
             });
         }
         // "adds": only to a running total, or when each call adds.
-        if matches!(word, "add" | "adds") && kind != TextKind::Name {
+        if matches!(word, "add" | "adds") && kind != TextKind::Name && !field {
             let next = next_word(toks, at);
             if next.is_some_and(|n| NEGATIONS.contains(&n) || n == "nothing") {
                 continue;
@@ -410,7 +452,8 @@ fn repeat_effect(
             }
         }
         // "increases the balance by", "decreases … by".
-        if matches!(word, "increases" | "decreases" | "increase" | "decrease")
+        if !field
+            && matches!(word, "increases" | "decreases" | "increase" | "decrease")
             && (kind == TextKind::Prose && third_person(word) || kind == TextKind::Summary)
         {
             let sentence = tok.sentence;
@@ -436,12 +479,18 @@ fn repeat_effect(
         // not create-or-update: Xero's "Creates one or more new invoices".
         let plain_create_counts = match plain_create {
             PlainCreate::Never => false,
-            PlainCreate::Prose => kind != TextKind::Name,
+            PlainCreate::Named => false,
+            // "Creates a new account" makes one, named or not.
+            PlainCreate::BodyNamed => toks
+                .iter()
+                .skip(at + 1)
+                .take(3)
+                .any(|t| t.word == "new" && t.sentence == tok.sentence),
             PlainCreate::Always => true,
         };
         if plain_create_counts
             && matches!(word, "create" | "creates")
-            && (lead || kind == TextKind::Name && at == 0)
+            && (lead || kind == TextKind::Name && at == name_lead(toks))
             && !upsert(toks, at)
         {
             return Some(Claim {
@@ -452,6 +501,38 @@ fn repeat_effect(
         }
     }
     None
+}
+
+/// Whether a "start" at `at` starts a job, which a repeat starts again.
+fn starts_a_job(toks: &[Token], at: usize) -> bool {
+    toks.iter().skip(at + 1).take(4).any(|t| {
+        matches!(
+            t.word.as_str(),
+            "job"
+                | "jobs"
+                | "import"
+                | "migration"
+                | "backup"
+                | "build"
+                | "run"
+                | "export"
+                | "scan"
+                | "task"
+                | "workflow"
+                | "deployment"
+                | "installation"
+                | "execution"
+                | "process"
+                | "pipeline"
+                | "analysis"
+                | "training"
+                | "restore"
+                | "creation"
+                | "sync"
+                | "synchronization"
+                | "test"
+        )
+    })
 }
 
 /// Whether the two words after `at` name money.
@@ -861,22 +942,33 @@ pub(crate) enum PlainCreate {
     /// Resource Manager, whose contract makes every PUT a create-or-update.
     Never,
     /// A PUT to a URL that ends with the new resource's name (`PUT
-    /// /jobs/{jobId}`): RFC 9110's create-at-this-URL, so a generated
-    /// operationId's `Create…` says nothing; the prose may still say more.
-    Prose,
+    /// /jobs/{jobId}`): RFC 9110's create-or-replace at this URL, so its
+    /// "Creates …" makes nothing new on a repeat. A new version each call
+    /// is still read.
+    Named,
+    /// A PUT whose body names what it creates (AWS's `PUT /meshes` with
+    /// `meshName`): a repeat finds the name taken, unless the words say
+    /// each call creates a new one.
+    BodyNamed,
     /// A PUT or DELETE to a collection or an action: Xero's "Creates one
     /// or more new invoices".
     Always,
 }
 
 impl PlainCreate {
-    /// The rule for `method` on `path`.
-    pub(crate) fn of(put_or_delete: bool, path: &str) -> PlainCreate {
+    /// The rule for `method` on `path`, whose request body has the
+    /// top-level `fields`.
+    pub(crate) fn of(put_or_delete: bool, path: &str, fields: &[String]) -> PlainCreate {
         let lower = path.to_ascii_lowercase();
+        let body_names_it = fields
+            .iter()
+            .any(|f| f.to_ascii_lowercase().ends_with("name"));
         if !put_or_delete || lower.contains("/providers/microsoft.") {
             PlainCreate::Never
         } else if path.trim_end_matches('/').ends_with('}') {
-            PlainCreate::Prose
+            PlainCreate::Named
+        } else if body_names_it {
+            PlainCreate::BodyNamed
         } else {
             PlainCreate::Always
         }
@@ -898,7 +990,17 @@ pub(crate) fn infer_effect(
             (t, kind, tokens(t.text, kind))
         })
         .collect();
-    for (text, kind, toks) in &read {
+    // "This API is idempotent": the spec says it outright.
+    let says_idempotent = read.iter().any(|(text, _, toks)| {
+        !text.field.starts_with("requestBody.")
+            && toks.iter().enumerate().any(|(at, t)| {
+                t.word == "idempotent" && !negated(toks, at) && at > 0 && {
+                    let before = toks[at - 1].word.as_str();
+                    matches!(before, "is" | "are" | "be" | "an" | "fully" | "always")
+                }
+            })
+    });
+    for (text, kind, toks) in read.iter().filter(|_| !says_idempotent) {
         let field = text.field.starts_with("requestBody.");
         let plain_create = if field {
             PlainCreate::Never

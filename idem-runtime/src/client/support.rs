@@ -499,13 +499,13 @@ impl<'a, T, E, B: ?Sized, M> Call<'a, T, E, B, M> {
                 }
             }
             (KeyLocation::Header(_), Some(key)) => header_key = Some(key.clone()),
-            (KeyLocation::Query(name), Some(key)) => {
-                // A key the caller set as the parameter itself is kept.
-                if !request.query.iter().any(|(n, _)| n == name) {
-                    request
-                        .query
-                        .push((name.to_owned(), key.as_str().to_owned()));
-                }
+            // A key the caller set as the parameter itself is kept.
+            (KeyLocation::Query(name), Some(key))
+                if !request.query.iter().any(|(n, _)| n == name) =>
+            {
+                request
+                    .query
+                    .push((name.to_owned(), key.as_str().to_owned()));
             }
             _ => {}
         }

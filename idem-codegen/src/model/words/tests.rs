@@ -221,6 +221,8 @@ fn names_lead_with_their_verb() {
     assert_eq!(name("buildRerun"), None);
     // Third person in a name is a noun: Resend's `broadcasts/remove`.
     assert_eq!(name("broadcasts/remove"), None);
+    // Money verbs lead noun names.
+    assert_eq!(name("PayCode_Delete"), None);
 }
 
 #[test]
