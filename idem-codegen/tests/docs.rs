@@ -261,6 +261,26 @@ fn page_states_the_contract_with_concrete_values() {
     has(&prose, "Inside your key scope and within the replay window");
 }
 
+/// A spec in prose only: the PUT whose words add and the DELETE whose words
+/// refund are listed as unsafe, with the words, and never as safe.
+#[test]
+fn what_the_words_say_is_never_listed_as_safe() {
+    let p = pages("hotel.yaml");
+    let md = &p.markdown;
+    let safe = &md[at(md, "## Endpoints safe to retry without a key")..];
+    let safe = &safe[..safe[3..].find("\n## ").map_or(safe.len(), |i| i + 3)];
+    assert!(!safe.contains("loyalty-points"), "{safe}");
+    assert!(!safe.contains("`cancelReservation`"), "{safe}");
+    assert!(safe.contains("`updateReservation`"), "{safe}");
+    for row in [
+        "| DELETE | `/reservations/{id}` | `cancelReservation`: Cancel a reservation | `unsafe` | *no warning documented* (its description says “refunds the deposit”) |",
+        "| PUT | `/reservations/{id}/loyalty-points` | `addLoyaltyPoints`: Credit loyalty points for a stay | `unsafe` | *no warning documented* (its description says “adds \\`points\\` to the guest's balance”) |",
+    ] {
+        has(md, row);
+    }
+    assert_inert_and_linked(&p.html, "hotel");
+}
+
 #[test]
 fn undecided_and_undocumented_cases_are_said_plainly() {
     let p = pages("cratebase.yaml");

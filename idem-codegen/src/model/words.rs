@@ -166,7 +166,6 @@ const OBJECTS: &[&str] = &[
     "funds",
     "back",
     "out",
-    "to",
     "email",
     "emails",
     "notification",
@@ -358,12 +357,49 @@ fn repeat_effect(
             if next.is_some_and(|n| NEGATIONS.contains(&n) || n == "nothing") {
                 continue;
             }
-            // Money verbs lead names that are nouns: `PayCode`,
-            // `PurchaseOrders`, `ChargeDetails`.
+            // A name says a repeat repeats only with a verb that means it:
+            // `rerunBuild`, `rotateKey`. Others lead nouns and states:
+            // `PayCode`, `PurchaseOrders`, `notifyReadList`,
+            // `StartPipeline`, a `/trigger/{name}` path.
             if kind == TextKind::Name
-                && matches!(
+                && !matches!(
                     word,
-                    "pay" | "charge" | "refund" | "transfer" | "purchase" | "buy"
+                    "rerun"
+                        | "reboot"
+                        | "restart"
+                        | "regenerate"
+                        | "rotate"
+                        | "redeliver"
+                        | "resend"
+                        | "append"
+                        | "increment"
+                        | "decrement"
+                )
+            {
+                continue;
+            }
+            // A PUT to a named URL starts or triggers that one thing.
+            if plain_create == PlainCreate::Named
+                && (word.starts_with("start") || word.starts_with("trigger"))
+            {
+                continue;
+            }
+            // "Sends new or updated rates": data for an upsert.
+            let after: Vec<&str> = toks
+                .iter()
+                .skip(at + 1)
+                .take(4)
+                .map(|t| t.word.as_str())
+                .collect();
+            if after.contains(&"or") && after.iter().any(|w| w.starts_with("update")) {
+                continue;
+            }
+            // "emails" is a verb after its subject, not after an article.
+            if word == "emails"
+                && !lead
+                && !matches!(
+                    toks[at - 1].word.as_str(),
+                    "and" | "also" | "then" | "it" | "call" | "endpoint" | "operation" | "request"
                 )
             {
                 continue;
@@ -413,7 +449,13 @@ fn repeat_effect(
             });
         }
         // "adds": only to a running total, or when each call adds.
-        if matches!(word, "add" | "adds") && kind != TextKind::Name && !field {
+        // In a description, the call's own "adds", not advice to the reader
+        // ("you must add a new default first").
+        if matches!(word, "add" | "adds")
+            && kind != TextKind::Name
+            && !field
+            && (kind == TextKind::Summary || word == "adds" || lead)
+        {
             let next = next_word(toks, at);
             if next.is_some_and(|n| NEGATIONS.contains(&n) || n == "nothing") {
                 continue;
@@ -430,9 +472,12 @@ fn repeat_effect(
                     .take(4)
                     .any(|t| TOTALS.contains(&t.word.as_str()))
             });
-            let adds_new = next == Some("new")
-                || (matches!(next, Some("a" | "an"))
-                    && rest.get(1).is_some_and(|t| t.word == "new"));
+            // "adds a new X" is a create, read where a plain create is.
+            let adds_new = plain_create != PlainCreate::Never
+                && plain_create != PlainCreate::Named
+                && (next == Some("new")
+                    || (matches!(next, Some("a" | "an"))
+                        && rest.get(1).is_some_and(|t| t.word == "new")));
             if to_total || says_each_call(toks, sentence) || adds_new {
                 // The quote runs to the total it adds to.
                 let to = rest.iter().position(|t| t.word == "to");
@@ -490,7 +535,11 @@ fn repeat_effect(
         };
         if plain_create_counts
             && matches!(word, "create" | "creates")
-            && (lead || kind == TextKind::Name && at == name_lead(toks))
+            // A generated `create…` name counts on a collection only.
+            && (lead && kind != TextKind::Name
+                || kind == TextKind::Name
+                    && at == name_lead(toks)
+                    && plain_create == PlainCreate::Always)
             && !upsert(toks, at)
         {
             return Some(Claim {
@@ -959,6 +1008,8 @@ impl PlainCreate {
     /// The rule for `method` on `path`, whose request body has the
     /// top-level `fields`.
     pub(crate) fn of(put_or_delete: bool, path: &str, fields: &[String]) -> PlainCreate {
+        // Fragments some specs add to tell operations apart.
+        let path = path.split(['#', '?']).next().unwrap_or(path);
         let lower = path.to_ascii_lowercase();
         let body_names_it = fields
             .iter()

@@ -15,10 +15,15 @@ pub(crate) static RULE: Rule = Rule {
     docs: concat!(
         r#"## What it does
 Flags every operation of class `unsafe`: it changes state in a way that is not
-idempotent (a POST or PATCH with no declared effect, or any method whose
+idempotent (a POST or PATCH with no declared effect, any method whose
 `x-idempotency.effect` is `create`, `append`, `increment`, `decrement` or
-`external`), it accepts no idempotency key, and it carries no `unsafe-retry`
-warning for integrators.
+`external`, or a PUT or DELETE whose own words say a repeat repeats: "Each
+call adds `points` to the balance", "refunds the deposit", "creates a new
+version"), it accepts no idempotency key, and it carries no `unsafe-retry`
+warning for integrators. When words decided it, the message quotes them and
+the report says where they stand; `x-idempotency: { effect: replace }` (or
+`delete`) overrules words that misread the operation. A POST whose words read
+as a query is `undeclared-read-only`'s instead.
 
 An operation accepts a key when it declares `key: required | optional`,
 inherits the document root's `key:`, or already shows one: a key header
