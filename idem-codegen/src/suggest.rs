@@ -115,17 +115,11 @@ pub fn suggest(model: &Model) -> Suggestion {
             && (op.undeclared_read().is_some()
                 || (op.method.default_effect().is_some() && !inferred.value.is_idempotent()))
         {
-            let e = &inferred.evidence;
-            comment.push(format!(
-                "{} {}: its {} says \"{}\" ({}:{}:{}): effect `{}`",
-                op.method,
-                op.path,
-                e.field,
-                one_line(&e.words),
-                model.document.sources.display(e.pos.file),
-                e.pos.line,
-                e.pos.column,
-                inferred.value.as_str()
+            comment.push(said(
+                model,
+                op,
+                &inferred.evidence,
+                &format!("effect `{}`", inferred.value.as_str()),
             ));
             idem.push(format!("effect: {}", inferred.value.as_str()));
         }
@@ -136,16 +130,7 @@ pub fn suggest(model: &Model) -> Suggestion {
         if let (Some(e), None, Some(source)) =
             (&op.key.evidence, op.key.declared, op.key.source.as_ref())
         {
-            comment.push(format!(
-                "{} {}: its {} says \"{}\" ({}:{}:{}): the key",
-                op.method,
-                op.path,
-                e.field,
-                one_line(&e.words),
-                model.document.sources.display(e.pos.file),
-                e.pos.line,
-                e.pos.column
-            ));
+            comment.push(said(model, op, e, "the key"));
             idem.push(format!("key: {}", op.key.requirement.as_str()));
             idem.push(format!("key-in: {}", source.location()));
             if let KeySource::Header { name, .. } = source
@@ -302,6 +287,20 @@ pub fn suggest(model: &Model) -> Suggestion {
         actions: actions.len(),
         unreachable,
     }
+}
+
+/// "METHOD /path: its FIELD says "WORDS" (file:line:column): WHAT".
+fn said(model: &Model, op: &Operation, e: &crate::model::Evidence, what: &str) -> String {
+    format!(
+        "{} {}: its {} says \"{}\" ({}:{}:{}): {what}",
+        op.method,
+        op.path,
+        e.field,
+        one_line(&e.words),
+        model.document.sources.display(e.pos.file),
+        e.pos.line,
+        e.pos.column
+    )
 }
 
 /// Whether the audit asks something of `op` that an action would declare.

@@ -1234,6 +1234,14 @@ pub(crate) fn token_named(
     })
 }
 
+/// The first token of the sentence that holds token `at`.
+fn sentence_start(toks: &[Token], at: usize) -> usize {
+    toks[..at]
+        .iter()
+        .rposition(|t| t.sentence != toks[at].sentence)
+        .map_or(0, |p| p + 1)
+}
+
 /// Whether an input's description says it is an idempotency key; the words
 /// if so. A tracing id ("for logging", "to correlate") says none of these,
 /// and one that says it is *not* for idempotency is denied.
@@ -1252,13 +1260,7 @@ pub(crate) fn describes_key(
     let toks = tokens(description, TextKind::Prose);
     for (at, tok) in toks.iter().enumerate() {
         if KEY_STEMS.iter().any(|s| tok.word.starts_with(s)) && !negated(&toks, at) {
-            let first = at.saturating_sub(2).max(
-                // Start the quote at the sentence.
-                toks[..at]
-                    .iter()
-                    .rposition(|t| t.sentence != tok.sentence)
-                    .map_or(0, |p| p + 1),
-            );
+            let first = at.saturating_sub(2).max(sentence_start(&toks, at));
             return Some((
                 KeyWords::Says,
                 evidence(
@@ -1321,12 +1323,7 @@ pub(crate) fn describes_key(
                         || t.word.starts_with("retr")
                 })
         }) {
-            let first = at.saturating_sub(3).max(
-                toks[..at]
-                    .iter()
-                    .rposition(|t| t.sentence != toks[at].sentence)
-                    .map_or(0, |p| p + 1),
-            );
+            let first = at.saturating_sub(3).max(sentence_start(&toks, at));
             return Some((
                 KeyWords::Implies,
                 evidence(
