@@ -281,6 +281,24 @@ fn what_the_words_say_is_never_listed_as_safe() {
     assert_inert_and_linked(&p.html, "hotel");
 }
 
+/// Keys the spec describes in words are named where they travel.
+#[test]
+fn described_keys_are_named_where_they_travel() {
+    let md = pages("described-keys.yaml").markdown;
+    has(
+        &md,
+        "| POST | `/flows` | `createFlow`: Create a flow | optional | body field `ClientToken` | none |",
+    );
+    has(
+        &md,
+        "| POST | `/instances` | `insertInstance`: Insert an instance | optional | query parameter `requestId` | none |",
+    );
+    assert!(
+        !md.contains("x-ms-client-request-id` | none"),
+        "a tracing id is no key"
+    );
+}
+
 #[test]
 fn undecided_and_undocumented_cases_are_said_plainly() {
     let p = pages("cratebase.yaml");

@@ -62,6 +62,8 @@ pub struct Endpoint {
     pub key_required: bool,
     /// Keyed: the key travels in a body field rather than a header.
     pub key_in_body: bool,
+    /// Keyed: the key travels in a query parameter (Google's `requestId`).
+    pub key_in_query: bool,
     /// Keyed: the header or body field that carries the key.
     pub key_name: String,
     /// Unsafe: the spec's `unsafe-retry` warning (class `unsafe-documented`).
@@ -455,6 +457,7 @@ fn endpoint(
         class: op.class.as_str(),
         key_required: op.key.requirement == KeyRequirement::Required,
         key_in_body,
+        key_in_query: matches!(op.key.source, Some(KeySource::Query { .. })),
         key_name,
         warning: op.unsafe_retry.as_ref().map(|w| text::clean(&w.value)),
         inferred: op
