@@ -297,6 +297,16 @@ impl KeySource {
         }
     }
 
+    /// The key's index in [`Operation::parameters`], when a parameter
+    /// carries it.
+    pub fn parameter(&self) -> Option<usize> {
+        match self {
+            KeySource::Header { parameter, .. } => *parameter,
+            KeySource::Query { parameter, .. } => Some(*parameter),
+            KeySource::Body { .. } => None,
+        }
+    }
+
     /// The header, field or parameter name.
     pub fn name(&self) -> &str {
         match self {

@@ -924,11 +924,9 @@ enum Strength {
 
 /// "does not create", "without saving", "dry run", wherever they stand.
 fn read_phrase(toks: &[Token]) -> Option<(usize, usize)> {
-    READ_PHRASES.iter().find_map(|phrase| {
-        toks.windows(phrase.len())
-            .position(|w| w.iter().zip(phrase.iter()).all(|(t, p)| t.word == *p))
-            .map(|at| (at, at + phrase.len() - 1))
-    })
+    READ_PHRASES
+        .iter()
+        .find_map(|phrase| phrase_at(toks, phrase).map(|at| (at, at + phrase.len() - 1)))
 }
 
 /// A query verb leading the text (`Search …`, `searchCatalog`,
@@ -1258,60 +1256,38 @@ pub(crate) fn describes_key(
         kind: TextKind::Prose,
     };
     let toks = tokens(description, TextKind::Prose);
-    for (at, tok) in toks.iter().enumerate() {
-        if KEY_STEMS.iter().any(|s| tok.word.starts_with(s)) && !negated(&toks, at) {
-            let first = at.saturating_sub(2).max(sentence_start(&toks, at));
-            return Some((
-                KeyWords::Says,
-                evidence(
-                    sources,
-                    &text,
-                    TextKind::Prose,
-                    &toks,
-                    first,
-                    object_end(&toks, at),
-                ),
-            ));
-        }
-    }
-    let at_phrase = |phrase: &[&str]| {
-        toks.windows(phrase.len())
-            .position(|w| w.iter().zip(phrase.iter()).all(|(t, p)| t.word == *p))
+    let found = |words, first, last| {
+        Some((
+            words,
+            evidence(sources, &text, TextKind::Prose, &toks, first, last),
+        ))
     };
+    if let Some(at) = toks
+        .iter()
+        .enumerate()
+        .position(|(at, t)| KEY_STEMS.iter().any(|s| t.word.starts_with(s)) && !negated(&toks, at))
+    {
+        let first = at.saturating_sub(2).max(sentence_start(&toks, at));
+        return found(KeyWords::Says, first, object_end(&toks, at));
+    }
     for phrase in KEY_PHRASES {
-        if let Some(at) = at_phrase(phrase)
-            && !negated(&toks, at)
-        {
-            return Some((
-                KeyWords::Describes,
-                evidence(
-                    sources,
-                    &text,
-                    TextKind::Prose,
-                    &toks,
-                    at,
-                    at + phrase.len() - 1,
-                ),
-            ));
+        if let Some(at) = phrase_at(&toks, phrase).filter(|at| !negated(&toks, *at)) {
+            return found(KeyWords::Describes, at, at + phrase.len() - 1);
         }
     }
     // "a second request with the same ID is ignored".
     if let Some(at) = toks.iter().position(|t| t.word == "ignored") {
         let sentence = toks[at].sentence;
-        if let Some(from) = toks
+        if let Some(from) = toks[..at]
             .iter()
             .position(|t| t.sentence == sentence && matches!(t.word.as_str(), "same" | "second"))
-            .filter(|from| *from < at)
         {
-            return Some((
-                KeyWords::Describes,
-                evidence(sources, &text, TextKind::Prose, &toks, from, at),
-            ));
+            return found(KeyWords::Describes, from, at);
         }
     }
     for phrase in ONCE_PHRASES {
         // Said of the request, and denied: "not performed multiple times".
-        if let Some(at) = at_phrase(phrase).filter(|at| {
+        if let Some(at) = phrase_at(&toks, phrase).filter(|at| {
             let sentence = toks[*at].sentence;
             let in_sentence = || toks.iter().filter(|t| t.sentence == sentence);
             (phrase[0] == "only"
@@ -1324,20 +1300,16 @@ pub(crate) fn describes_key(
                 })
         }) {
             let first = at.saturating_sub(3).max(sentence_start(&toks, at));
-            return Some((
-                KeyWords::Implies,
-                evidence(
-                    sources,
-                    &text,
-                    TextKind::Prose,
-                    &toks,
-                    first,
-                    at + phrase.len() - 1,
-                ),
-            ));
+            return found(KeyWords::Implies, first, at + phrase.len() - 1);
         }
     }
     None
+}
+
+/// Where the words of `phrase` first stand in a row.
+fn phrase_at(toks: &[Token], phrase: &[&str]) -> Option<usize> {
+    toks.windows(phrase.len())
+        .position(|w| w.iter().zip(phrase).all(|(t, p)| t.word == *p))
 }
 
 /// The words of a path that can say what it does: its literal segments,

@@ -87,24 +87,6 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
         return;
     }
     let shown = match &op.key.source {
-        Some(KeySource::Header { parameter, .. }) => {
-            parameter.and_then(|i| op.parameters.get(i)).map(|p| Shown {
-                what: "parameter",
-                name: &p.name,
-                required: p.required,
-                schema_type: p.schema_type.as_deref(),
-                max_length: p.max_length,
-                pos: p.pos,
-            })
-        }
-        Some(KeySource::Query { parameter, .. }) => op.parameters.get(*parameter).map(|p| Shown {
-            what: "parameter",
-            name: &p.name,
-            required: p.required,
-            schema_type: p.schema_type.as_deref(),
-            max_length: p.max_length,
-            pos: p.pos,
-        }),
         Some(KeySource::Body { field }) => op
             .request_body
             .as_ref()
@@ -116,6 +98,17 @@ fn check_operation(op: &Operation, root: &IdempotencyExt, out: &mut Findings<'_>
                 schema_type: f.schema_type.as_deref(),
                 max_length: f.max_length,
                 pos: f.pos,
+            }),
+        Some(source) => source
+            .parameter()
+            .and_then(|i| op.parameters.get(i))
+            .map(|p| Shown {
+                what: "parameter",
+                name: &p.name,
+                required: p.required,
+                schema_type: p.schema_type.as_deref(),
+                max_length: p.max_length,
+                pos: p.pos,
             }),
         None => None,
     };
