@@ -143,6 +143,10 @@ pub struct Parameter {
     /// Where the description's value starts, for evidence read from it.
     pub description_pos: Option<Pos>,
     pub deprecated: bool,
+    /// Whether the spec declares it; `false` for a `{name}` of the path
+    /// template that no parameter declares, which the model adds as a
+    /// required string located at the path.
+    pub declared: bool,
 }
 
 /// A documented response.
@@ -619,6 +623,27 @@ pub struct Model {
 }
 
 impl Model {
+    /// The path of the first server's URL, without a trailing `/`: what
+    /// every operation's path is appended to (`/v2` for
+    /// `https://api.example.com/v2`); empty when the first server has
+    /// none, names none, or templates it.
+    pub fn base_path(&self) -> &str {
+        let Some(url) = self.servers.first() else {
+            return "";
+        };
+        let rest = url
+            .strip_prefix("https://")
+            .or_else(|| url.strip_prefix("http://"))
+            .map_or(Some(url.as_str()), |r| r.find('/').map(|at| &r[at..]));
+        let path = rest.unwrap_or_default();
+        let path = path.split(['?', '#']).next().unwrap_or_default();
+        let path = path.trim_end_matches('/');
+        if !path.starts_with('/') || path.contains(['{', '}']) {
+            return "";
+        }
+        path
+    }
+
     /// Where the root's `x-idempotency` settings resolve for one field, for
     /// diagnostics about the document as a whole.
     pub fn root_pos(&self) -> Pos {

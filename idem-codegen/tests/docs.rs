@@ -273,12 +273,27 @@ fn what_the_words_say_is_never_listed_as_safe() {
     assert!(!safe.contains("`cancelReservation`"), "{safe}");
     assert!(safe.contains("`updateReservation`"), "{safe}");
     for row in [
-        "| DELETE | `/reservations/{id}` | `cancelReservation`: Cancel a reservation | `unsafe` | *no warning documented* (its description says “refunds the deposit”) |",
-        "| PUT | `/reservations/{id}/loyalty-points` | `addLoyaltyPoints`: Credit loyalty points for a stay | `unsafe` | *no warning documented* (its description says “adds \\`points\\` to the guest's balance”) |",
+        "| DELETE | `/v2/reservations/{id}` | `cancelReservation`: Cancel a reservation | `unsafe` | *no warning documented* (its description says “refunds the deposit”) |",
+        "| PUT | `/v2/reservations/{id}/loyalty-points` | `addLoyaltyPoints`: Credit loyalty points for a stay | `unsafe` | *no warning documented* (its description says “adds \\`points\\` to the guest's balance”) |",
     ] {
         has(md, row);
     }
     assert_inert_and_linked(&p.html, "hotel");
+}
+
+/// The page shows every path as the client calls it and `router` serves
+/// it: under the first server's base path, `{id}` included where nothing
+/// declares it.
+#[test]
+fn paths_are_shown_under_the_base_path() {
+    let md = pages("staybright.yaml").markdown;
+    has(
+        &md,
+        "| DELETE | `/v2/holds/{id}` | `releaseHold`: Release a room hold |",
+    );
+    has(&md, "POST /v2/reservations HTTP/1.1");
+    has(&md, "https://api.staybright.example/v2/reservations");
+    assert!(!md.contains("| `/holds/"), "a path without its base path");
 }
 
 /// Keys the spec describes in words are named where they travel.

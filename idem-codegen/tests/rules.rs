@@ -142,6 +142,7 @@ rule_fixtures! {
     claim_at_commit_outside_transaction: "claim-at-commit-outside-transaction" => [
         (18, "IDEM015"), (28, "IDEM015"), (38, "IDEM015"),
     ];
+    undeclared_path_parameter: "undeclared-path-parameter" => [(11, "IDEM017"), (17, "IDEM017")];
 }
 
 #[test]

@@ -28,6 +28,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("described-keys.yaml", "described_keys", true),
         // A spec in prose only: the PUT that adds, the DELETE that refunds.
         ("hotel.yaml", "hotel", true),
+        // A base path, shared error responses, an undeclared path segment.
+        ("staybright.yaml", "staybright", false),
     ] {
         Config::new()
             .server(true)

@@ -75,6 +75,7 @@ mod phases_without_key;
 mod reaper_before_replay_window;
 mod replay_window_shorter_than_retry_horizon;
 mod undecided_failure_replay;
+mod undeclared_path_parameter;
 mod undeclared_protocol_refusals;
 mod undeclared_read_only;
 mod unidentified_key_scope;
@@ -98,6 +99,7 @@ pub static RULES: &[&Rule] = &[
     &unidentified_key_scope::RULE,
     &claim_at_commit_outside_transaction::RULE,
     &undeclared_read_only::RULE,
+    &undeclared_path_parameter::RULE,
 ];
 
 use crate::model::{Model, Operation};

@@ -298,7 +298,7 @@ impl DocsView {
         let mut admission = Vec::new();
         let (mut paged, mut streamed) = (Vec::new(), Vec::new());
         for (op, anchor) in ops.iter().zip(anchors) {
-            let endpoint = endpoint(op, anchor, &root, &root_retry);
+            let endpoint = endpoint(model.base_path(), op, anchor, &root, &root_retry);
             if crate::generate::streams_events(op) {
                 streamed.push(endpoint.clone());
             } else if let Ok(Some(paging)) = crate::generate::paging(model, op) {
@@ -394,7 +394,7 @@ impl DocsView {
             resumed: keyed_ops
                 .iter()
                 .filter(|o| o.phases.as_ref().is_some_and(|p| !p.value.is_empty()))
-                .map(|o| resumed(o, &root, &root_retry))
+                .map(|o| resumed(model.base_path(), o, &root, &root_retry))
                 .collect(),
             resume_wire: ResumeWire {
                 incomplete_code: protocol::INCOMPLETE.code,
@@ -409,10 +409,15 @@ impl DocsView {
     }
 }
 
-fn resumed(op: &Operation, root: &model::KeySettings, retry: &RetryPolicy) -> Resumed {
+fn resumed(
+    base: &str,
+    op: &Operation,
+    root: &model::KeySettings,
+    retry: &RetryPolicy,
+) -> Resumed {
     let r = &op.settings.resume;
     Resumed {
-        endpoint: endpoint(op, text::anchor(&op.name), root, retry),
+        endpoint: endpoint(base, op, text::anchor(&op.name), root, retry),
         phases: op
             .phases
             .as_ref()
@@ -436,7 +441,10 @@ fn key_carrier(op: &Operation) -> (bool, String) {
     }
 }
 
+/// `base`: the first server's path, which every path the page shows
+/// starts with, as the client calls it and the router serves it.
 fn endpoint(
+    base: &str,
     op: &Operation,
     anchor: String,
     root: &model::KeySettings,
@@ -447,7 +455,7 @@ fn endpoint(
     Endpoint {
         anchor,
         method: op.method.as_str(),
-        path: text::clean(&op.path),
+        path: text::clean(&format!("{base}{}", op.path)),
         operation: text::clean(&op.name),
         summary: op
             .summary
@@ -691,23 +699,15 @@ fn error_body_note(model: &Model, keyed: &[&&Operation]) -> Option<String> {
     ))
 }
 
-/// `https://api.bank.example/v1` → (`api.bank.example`, `/v1`); `None` for
-/// a relative or templated server URL, which names no host to show.
-fn server_parts(url: &str) -> Option<(String, String)> {
+/// `https://api.bank.example/v1` → `api.bank.example`; `None` for a
+/// relative or templated server URL, which names no host to show.
+fn server_host(url: &str) -> Option<String> {
     let rest = url
         .strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"))?;
-    let (host, base) = rest.split_once('/').map_or((rest, ""), |(h, b)| (h, b));
-    if host.is_empty() || host.contains(['{', '}']) || base.contains(['{', '}']) {
-        return None;
-    }
-    let base = base.trim_end_matches('/');
-    let base = if base.is_empty() {
-        String::new()
-    } else {
-        format!("/{base}")
-    };
-    Some((host.to_owned(), base))
+    let host = rest.split('/').next().unwrap_or(rest);
+    (!host.is_empty() && !host.contains(['{', '}']) && !rest.contains(['{', '}']))
+        .then(|| host.to_owned())
 }
 
 /// A body for the page: the spec's own example where it shows one, field
@@ -780,10 +780,11 @@ fn example(model: &Model, op: &Operation) -> Example {
         let query: Vec<String> = r.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
         filled = format!("{filled}?{}", query.join("&"));
     }
-    let server = model.servers.first().and_then(|s| server_parts(s));
-    let (host, base) = server
+    let server = model.servers.first().and_then(|s| server_host(s));
+    let host = server
         .clone()
-        .unwrap_or_else(|| ("api.example.com".to_owned(), String::new()));
+        .unwrap_or_else(|| "api.example.com".to_owned());
+    let base = model.base_path();
     let mut body = request.and_then(|r| r.json);
     if body.is_some()
         && let Some(schema) = op

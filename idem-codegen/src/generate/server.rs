@@ -43,12 +43,14 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
     let rt = rt();
     let mut ops: Vec<&Operation> = model.operations.iter().collect();
     ops.sort_by(|a, b| (&a.path, a.method).cmp(&(&b.path, b.method)));
-    let mut methods = Namer::reserving(&["router"]);
+    let mut methods = Namer::reserving(&["router", "router_at"]);
     let mut trait_methods = Vec::new();
     let mut items = Vec::new();
     // One axum route per template (positional captures), methods merged.
     let mut routes: BTreeMap<String, Vec<(String, TokenStream)>> = BTreeMap::new();
     let mut accepted = false;
+    // Whether a route goes through the key protocol, and so names `idem`.
+    let mut protected = false;
     for op in ops {
         let route = route_path(&op.path);
         let method_upper = op.method.as_str().to_owned();
@@ -67,6 +69,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
         }
         let method = methods.unique(&naming::snake(&op.name, "call"));
         let generated = operation(model, space, op, &method);
+        protected |= wiring(op) != Wiring::Plain;
         trait_methods.push(generated.trait_method);
         items.extend(generated.items);
         accepted |= generated.accepted;
@@ -96,7 +99,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             .map(|op| credential_scope(model, op));
         quote! {
             // Operations answering duplicates with `202` point at this resource.
-            router = router.merge(idem #scoped .status_router());
+            let router = router.merge(idem #scoped .status_router());
         }
     });
     let max_in_flight = match model.root.admission.max_in_flight.as_ref() {
@@ -106,10 +109,32 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
         }
         None => quote!(::idem_runtime::protocol::DEFAULT_MAX_IN_FLIGHT),
     };
-    let router_binding = if route_stmts.is_empty() && status.is_none() {
-        quote!(let router)
+    // A spec with no operations leaves the router's arguments unused.
+    let (routes_binding, api_arg, arc) = if route_stmts.is_empty() {
+        (quote!(let router), quote!(_api), None)
     } else {
-        quote!(let mut router)
+        (
+            quote!(let mut router),
+            quote!(api),
+            Some(quote!(let api = ::std::sync::Arc::new(api);)),
+        )
+    };
+    let idem_arg = if !protected && status.is_none() {
+        quote!(_idem)
+    } else {
+        quote!(idem)
+    };
+    let base_path = model.base_path();
+    let base_doc = if base_path.is_empty() {
+        " Where [`router`] serves the operations: the root, since the spec's first server \
+         names no path."
+            .to_owned()
+    } else {
+        format!(
+            " Where [`router`] serves the operations: the path of the spec's first server \
+             (`{}`), the one the client and the docs page call.",
+            model.servers.first().map_or("", String::as_str)
+        )
     };
     let title = if model.title.trim().is_empty() {
         "the API".to_owned()
@@ -128,6 +153,9 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
          that dies mid-operation is never a caller's final answer."
     ));
     quote! {
+        #[doc = #base_doc]
+        pub const BASE_PATH: &str = #base_path;
+
         #trait_doc
         pub trait Api<DB: #rt::Backend>: ::std::marker::Send + ::std::marker::Sync + 'static {
             #(#trait_methods)*
@@ -149,11 +177,22 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             DB: #rt::Backend,
             A: Api<DB>,
         {
-            let api = ::std::sync::Arc::new(api);
-            #router_binding = ::idem_runtime::axum::Router::new();
+            router_at(BASE_PATH, api, idem)
+        }
+
+        /// Like [`router`], with the operations under `prefix` instead of
+        /// [`BASE_PATH`]: `""` serves them at the root, behind a proxy that
+        /// strips the base path before it forwards.
+        pub fn router_at<DB, A>(prefix: &str, #api_arg: A, #idem_arg: &#rt::Idempotency<DB>) -> ::std::result::Result<::idem_runtime::axum::Router, #rt::ConfigError>
+        where
+            DB: #rt::Backend,
+            A: Api<DB>,
+        {
+            #arc
+            #routes_binding = ::idem_runtime::axum::Router::new();
             #(#route_stmts)*
+            let router = #rt::support::mount(prefix, router);
             #status
-            let _ = (&api, idem);
             let router = router
                 .fallback(#rt::support::not_found)
                 .method_not_allowed_fallback(#rt::support::method_not_allowed)

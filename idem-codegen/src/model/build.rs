@@ -140,6 +140,7 @@ impl<'d> Builder<'d, '_> {
                     let mut operation =
                         self.operation(&root, &aliases, method, &path.name, key.pos, op, &shared)?;
                     push_prose(&mut operation.prose, item, &["summary", "description"]);
+                    add_undeclared_path_parameters(&mut operation, path.pos);
                     operations.push(operation);
                 }
             }
@@ -492,6 +493,7 @@ impl<'d> Builder<'d, '_> {
                 description: text("description"),
                 description_pos: param.get("description").map(|d| d.pos),
                 deprecated: param.get("deprecated").and_then(Node::as_bool) == Some(true),
+                declared: true,
             });
         }
         if let Some(shared) = shared {
@@ -1075,5 +1077,43 @@ mod tests {
         assert!(is_key_name("Idempotency-Key"));
         assert!(is_key_name("IdempotencyKey"));
         assert!(!is_key_name("key"));
+    }
+}
+
+/// Every `{name}` of the path template that no path parameter declares,
+/// added as a required string located at the path: what a server must
+/// capture and a client must send, whether or not the spec says so
+/// (`undeclared-path-parameter` reports each).
+fn add_undeclared_path_parameters(op: &mut Operation, at: Pos) {
+    let mut rest = op.path.split('?').next().unwrap_or_default();
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}').map(|c| open + c) else {
+            break;
+        };
+        let name = &rest[open + 1..close];
+        rest = &rest[close + 1..];
+        if name.is_empty()
+            || op
+                .parameters
+                .iter()
+                .any(|p| p.location == "path" && p.name == name)
+        {
+            continue;
+        }
+        op.parameters.push(Parameter {
+            name: name.to_owned(),
+            location: "path".to_owned(),
+            required: true,
+            schema_type: Some("string".to_owned()),
+            max_length: None,
+            pos: at,
+            schema: None,
+            style: None,
+            explode: None,
+            description: None,
+            description_pos: None,
+            deprecated: false,
+            declared: false,
+        });
     }
 }

@@ -315,6 +315,18 @@ pub fn admit_route(
     route.layer(shedding!(max_in_flight, operation))
 }
 
+/// `routes` served under `prefix` (a generated router's base path, `/v2`):
+/// nested there, or as they are when the prefix is empty or `/`. A prefix
+/// without its leading `/`, or with a trailing one, means the same path.
+pub fn mount(prefix: &str, routes: axum::Router) -> axum::Router {
+    let prefix = prefix.trim_matches('/');
+    if prefix.is_empty() {
+        routes
+    } else {
+        axum::Router::new().nest(&format!("/{prefix}"), routes)
+    }
+}
+
 /// A reply with `body` serialized as JSON, sent as `content_type`.
 pub fn json<T: serde::Serialize + ?Sized>(status: u16, content_type: &str, body: &T) -> Reply {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

@@ -62,6 +62,11 @@ pub mod described_keys {
     idem_runtime::include_api!("described_keys");
 }
 
+/// `fixtures/staybright.yaml`: a base path, and a path segment nobody declared.
+pub mod staybright {
+    idem_runtime::include_api!("staybright");
+}
+
 /// `fixtures/hotel.yaml`: an API described in prose only.
 pub mod hotel {
     idem_runtime::include_api!("hotel");

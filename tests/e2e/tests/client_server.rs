@@ -207,7 +207,8 @@ async fn serve_with_pool() -> (
         .scope(BearerScope)
         .build()
         .unwrap();
-    let app = axum::Router::new().nest("/v1", shop::router(Shop, &idem).unwrap());
+    // `router` serves under the spec's base path, `/v1`, as the client calls it.
+    let app = shop::router(Shop, &idem).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });

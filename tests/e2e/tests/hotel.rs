@@ -85,10 +85,7 @@ async fn what_the_words_say_is_not_retried() {
         .build()
         .unwrap();
     let runs = Arc::new(Runs::default());
-    let app = axum::Router::new().nest(
-        "/v2",
-        hotel::router(Hotel(Arc::clone(&runs)), &idem).unwrap(),
-    );
+    let app = hotel::router(Hotel(Arc::clone(&runs)), &idem).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
