@@ -4,6 +4,7 @@
 
 mod client;
 mod features;
+mod layout;
 pub mod naming;
 mod server;
 pub(crate) mod types;
@@ -192,14 +193,31 @@ pub fn generate(model: &Model, options: &Options) -> Result<Generated, GenerateE
         String::new()
     };
     space.finish();
-    let mut code = unparse_items(space.render())?;
-    code.reserve(client.len() + server.len());
-    code.push_str(&client);
-    drop(client);
-    code.push_str(&server);
-    drop(server);
-    let items = spaced(&types::wrap_macros(&space.resolve(&code)));
-    drop(code);
+    let types = unparse_items(space.render())?;
+    let mut modules = vec![layout::Module {
+        name: "types",
+        doc: "The spec's schemas, one type each: what the client sends and receives, and what \
+              the server reads and answers.",
+        code: space.resolve(&types),
+    }];
+    if options.client {
+        modules.push(layout::Module {
+            name: "client",
+            doc: "The typed client: [`Client`], one method per operation, each retried by its \
+                  retry class.",
+            code: space.resolve(&client),
+        });
+    }
+    if options.server {
+        modules.push(layout::Module {
+            name: "server",
+            doc: "The server scaffolding: the [`Api`] trait, one method per operation, and the \
+                  [`router`] that serves it.",
+            code: space.resolve(&server),
+        });
+    }
+    let gated = space.features.is_some();
+    let items = layout::layout(modules, gated, |code| spaced(&types::wrap_macros(&code)))?;
     let lines = items.lines().count();
     let features = [("client", options.client), ("server", options.server)]
         .into_iter()
@@ -287,7 +305,32 @@ pub fn crate_root(generated: &Generated, title: &str) -> String {
     }
     out.push_str(&allow_attribute(true));
     out.push('\n');
-    out.push_str(&generated.items);
+    if generated.features.len() > 1 {
+        out.push_str(&behind_features(&generated.items));
+    } else {
+        out.push_str(&generated.items);
+    }
+    out
+}
+
+/// `items` with the client and the server behind the crate's cargo
+/// features of the same names (see [`crate::write::crate_files`]): a crate
+/// that only calls the API builds neither axum nor sqlx.
+fn behind_features(items: &str) -> String {
+    let mut out = String::with_capacity(items.len() + 128);
+    for line in items.split_inclusive('\n') {
+        // The module lines are the only ones at the first column that name
+        // them: the modules' own code is indented.
+        for feature in ["client", "server"] {
+            let trimmed = line.trim_end();
+            if trimmed == format!("pub use {feature}::*;")
+                || trimmed == format!("pub mod {feature} {{")
+            {
+                out.push_str(&format!("#[cfg(feature = \"{feature}\")]\n"));
+            }
+        }
+        out.push_str(line);
+    }
     out
 }
 
@@ -324,7 +367,10 @@ fn spaced(code: &str) -> String {
             || trimmed.starts_with("fn ")
             || trimmed.starts_with("const ")
             || trimmed.starts_with("impl")
-            || trimmed.starts_with("::idem_runtime::");
+            || trimmed.starts_with("::idem_runtime::")
+            || trimmed.split_once("! {").is_some_and(|(name, _)| {
+                !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+            });
         if starts_item && ends_item && indent <= 4 && prev_indent == indent && !previous.is_empty()
         {
             out.push('\n');

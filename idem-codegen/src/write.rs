@@ -122,18 +122,29 @@ pub fn package_name(raw: &str) -> String {
 /// a `rustfmt.toml` that keeps `cargo fmt` off the generated code.
 pub fn crate_files(generated: &Generated, name: &str, title: &str, runtime: &Runtime) -> Vec<File> {
     let version = env!("CARGO_PKG_VERSION");
-    let features = generated
-        .features
-        .iter()
-        .map(|f| format!("{f:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    // With both, the crate's own `client` and `server` features choose.
+    let both = generated.features.len() > 1;
+    let features = if both {
+        String::new()
+    } else {
+        generated
+            .features
+            .iter()
+            .map(|f| format!("{f:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let features = if features.is_empty() {
+        String::new()
+    } else {
+        format!(", features = [{features}]")
+    };
     let dependency = match runtime {
         Runtime::Registry => format!(
-            "idem-runtime = {{ version = \"{version}\", default-features = false, features = [{features}] }}"
+            "idem-runtime = {{ version = \"{version}\", default-features = false{features} }}"
         ),
         Runtime::Path(path) => format!(
-            "idem-runtime = {{ path = {:?}, default-features = false, features = [{features}] }}",
+            "idem-runtime = {{ path = {:?}, default-features = false{features} }}",
             path.display().to_string()
         ),
     };
@@ -164,7 +175,8 @@ pub fn crate_files(generated: &Generated, name: &str, title: &str, runtime: &Run
          doctest = false\n\
          \n\
          [dependencies]\n\
-         {dependency}\n{}",
+         {dependency}\n{}{}",
+        if both { SIDES } else { "" },
         features_table(&generated.cargo_features)
     );
     vec![
@@ -184,6 +196,15 @@ pub fn crate_files(generated: &Generated, name: &str, title: &str, runtime: &Run
         },
     ]
 }
+
+/// The `[features]` table of a crate with both a client and a server.
+const SIDES: &str = "\n[features]\n\
+     default = [\"client\", \"server\"]\n\
+     # The typed client (reqwest). A crate that only calls the API depends on this one with\n\
+     # `default-features = false, features = [\"client\"]` and builds no axum or sqlx.\n\
+     client = [\"idem-runtime/client\"]\n\
+     # The server scaffolding: the `Api` trait and the router (axum, and sqlx for the key store).\n\
+     server = [\"idem-runtime/server\"]\n";
 
 /// The `[features]` table of a crate gated by resource groups: one
 /// feature per group, `full` for all of them, on by default.

@@ -879,6 +879,7 @@ fn resource_groups_are_features_that_compile_alone() {
         let start = before.rfind("\n\n").unwrap_or(0);
         before[start..]
             .lines()
+            .map(str::trim_start)
             .find(|l| l.starts_with("#[cfg("))
             .map(str::to_owned)
     };

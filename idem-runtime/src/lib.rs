@@ -17,6 +17,7 @@ pub mod client;
 pub mod context;
 pub mod metric;
 pub mod protocol;
+pub mod rt;
 #[cfg(feature = "server")]
 pub mod server;
 

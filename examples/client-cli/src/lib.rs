@@ -21,1113 +21,992 @@
 #![allow(rustdoc::invalid_html_tags, reason = "doc comments are the spec's own text")]
 #![allow(rustdoc::invalid_rust_codeblocks, reason = "doc comments are the spec's own text")]
 
-#[cfg(feature = "charges")]
-::idem_runtime::object! {
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct Charge {
-        #[json("id")]
-        pub id: ::std::string::String,
-        #[json("amount")]
-        pub amount: i64,
-        #[json("received", optional)]
-        pub received: ::std::option::Option<
-            ::std::collections::BTreeMap<
-                ::std::string::String,
-                ::idem_runtime::serde_json::Value,
-            >,
-        >,
-    }
-}
+#[allow(unused_imports, reason = "every group may be off")]
+pub use types::*;
+#[allow(unused_imports, reason = "every group may be off")]
+pub use client::*;
 
-#[cfg(feature = "notes")]
-::idem_runtime::object! {
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct CreateNoteRequestJson {
-        #[json("text")]
-        pub text: ::std::string::String,
-    }
-}
+/// The spec's schemas, one type each: what the client sends and receives, and what the server reads and answers.
+pub mod types {
+    #![allow(unused_imports, reason = "each import serves the resource groups that use it, which may be off")]
 
-#[cfg(feature = "uploads")]
-::idem_runtime::object! {
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct CreateUploadRequest {
-        #[json("name")]
-        pub name: ::std::string::String,
-        #[json("file")]
-        pub file: ::idem_runtime::bytes::Bytes,
-    }
-}
+    use std::collections::BTreeMap;
 
-#[cfg(feature = "orders")]
-::idem_runtime::object! {
-    #[derive(Debug, Clone, PartialEq, Default)]
-    pub struct GetOrderFilter {
-        #[json("status", optional)]
-        pub status: ::std::option::Option<::std::string::String>,
-    }
-}
+    use idem_runtime::rt::{object, string_enum};
+    use idem_runtime::rt::bytes::Bytes;
+    use idem_runtime::rt::chrono::{DateTime, Utc};
+    use idem_runtime::rt::serde_json::Value;
 
-#[cfg(feature = "health")]
-::idem_runtime::object! {
-    #[derive(Debug, Clone, PartialEq, Default)]
-    pub struct HealthResponse200 {
-        #[json("ok", optional)]
-        pub ok: ::std::option::Option<bool>,
-    }
-}
-
-#[cfg(feature = "charges")]
-::idem_runtime::object! {
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct NewCharge {
-        #[json("amount")]
-        pub amount: i64,
-        #[json("currency")]
-        pub currency: ::std::string::String,
-        #[json("metadata", optional)]
-        pub metadata: ::std::option::Option<
-            ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
-        >,
-        #[json("shipping", optional)]
-        pub shipping: ::std::option::Option<NewChargeShipping>,
-        #[json("expand", optional)]
-        pub expand: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
-    }
-}
-
-#[cfg(feature = "charges")]
-::idem_runtime::object! {
-    #[derive(Debug, Clone, PartialEq, Default)]
-    pub struct NewChargeShipping {
-        #[json("name", optional)]
-        pub name: ::std::option::Option<::std::string::String>,
-        #[json("address", optional)]
-        pub address: ::std::option::Option<NewChargeShippingAddress>,
-    }
-}
-
-#[cfg(feature = "charges")]
-::idem_runtime::object! {
-    #[derive(Debug, Clone, PartialEq, Default)]
-    pub struct NewChargeShippingAddress {
-        #[json("line1", optional)]
-        pub line1: ::std::option::Option<::std::string::String>,
-        #[json("city", optional)]
-        pub city: ::std::option::Option<::std::string::String>,
-    }
-}
-
-#[cfg(feature = "orders")]
-::idem_runtime::object! {
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct NewOrder {
-        /// Stock-keeping unit.
-        #[json("sku")]
-        pub sku: ::std::string::String,
-        #[json("quantity")]
-        pub quantity: i32,
-        #[json("gift", optional)]
-        pub gift: ::std::option::Option<bool>,
-        #[json("note", optional)]
-        pub note: ::std::option::Option<::std::string::String>,
-    }
-}
-
-#[cfg(feature = "orders")]
-::idem_runtime::object! {
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct Order {
-        /// Stock-keeping unit.
-        #[json("sku")]
-        pub sku: ::std::string::String,
-        #[json("quantity")]
-        pub quantity: i32,
-        #[json("gift", optional)]
-        pub gift: ::std::option::Option<bool>,
-        #[json("note", optional)]
-        pub note: ::std::option::Option<::std::string::String>,
-        #[json("id")]
-        pub id: i64,
-        #[json("status")]
-        pub status: OrderStatus,
-        #[json("created", optional)]
-        pub created: ::std::option::Option<
-            ::idem_runtime::chrono::DateTime<::idem_runtime::chrono::Utc>,
-        >,
-    }
-}
-
-#[cfg(feature = "orders")]
-::idem_runtime::string_enum! {
-    pub enum OrderStatus {
-        Pending = "pending",
-        Paid = "paid",
-        Shipped = "shipped",
-        BackOrdered = "back-ordered",
-    }
-}
-
-#[cfg(
-    any(feature = "charges", feature = "notes", feature = "orders", feature = "uploads")
-)]
-::idem_runtime::object! {
-    /// An RFC 9457 problem.
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct Problem {
-        #[json("type", optional)]
-        pub r#type: ::std::option::Option<::std::string::String>,
-        #[json("title")]
-        pub title: ::std::string::String,
-        #[json("status", optional)]
-        pub status: ::std::option::Option<i32>,
-        #[json("code", optional)]
-        pub code: ::std::option::Option<::std::string::String>,
-    }
-}
-
-#[cfg(feature = "refunds")]
-::idem_runtime::object! {
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct Refund {
-        #[json("order")]
-        pub order: i64,
-        #[json("amount")]
-        pub amount: i64,
-    }
-}
-
-#[cfg(feature = "uploads")]
-::idem_runtime::object! {
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct Upload {
-        #[json("name")]
-        pub name: ::std::string::String,
-        #[json("size")]
-        pub size: i64,
-    }
-}
-
-/// The first server the spec names.
-pub const DEFAULT_BASE_URL: &str = "https://api.shop.example/v1";
-
-/// The document's `x-retry` defaults: attempts, backoff, deadline and retry budget.
-pub const RETRY_DEFAULTS: ::idem_runtime::client::support::Defaults = ::idem_runtime::client::support::Defaults {
-    max_attempts: 3,
-    base: ::std::time::Duration::from_millis(10),
-    cap: ::std::time::Duration::from_millis(50),
-    decorrelated: false,
-    deadline: ::std::time::Duration::from_millis(2000),
-    budget: ::idem_runtime::client::BudgetConfig {
-        capacity: 500,
-        transient_cost: 14,
-        throttle_cost: 5,
-        success_refund: 1,
-    },
-};
-
-/// A client for Shop API.
-///
-/// Cheap to clone: clones share one connection pool and one retry budget. Every method states its retry class; keyed operations get an idempotency key minted once per call and sent on every attempt.
-///
-/// Operations are grouped by resource (the operation's first tag, or the first segment of its path), as `client.blobs().get(…)`:
-///
-/// - [`Client::blobs`] (feature `blobs`): `/blobs`, 2 operations
-/// - [`Client::charges`] (feature `charges`): `/charges`, 1 operation
-/// - [`Client::health`] (feature `health`): `/health`, 1 operation
-/// - [`Client::notes`] (feature `notes`): `/notes`, 1 operation
-/// - [`Client::orders`] (feature `orders`): `/orders`, 2 operations
-/// - [`Client::refunds`] (feature `refunds`): `/refunds`, 1 operation
-/// - [`Client::uploads`] (feature `uploads`): `/uploads`, 1 operation
-///
-/// Each group is a cargo feature of this crate, and a type is compiled when a group that uses it is on. `default` turns on `full`, which turns on every group and the types no operation uses; a crate that calls a few resources depends on this one with `default-features = false` and their features.
-#[derive(Debug, Clone)]
-pub struct Client {
-    inner: ::idem_runtime::client::support::ApiClient,
-}
-
-impl Client {
-    /// A client for the API at `base_url`, with the spec's retry defaults.
-    pub fn new(
-        base_url: &str,
-    ) -> ::std::result::Result<Self, ::idem_runtime::client::support::InvalidBaseUrl> {
-        Self::with_http(base_url, ::idem_runtime::reqwest::Client::new())
-    }
-
-    /// Like [`Client::new`], over a reqwest client you configured.
-    pub fn with_http(
-        base_url: &str,
-        http: ::idem_runtime::reqwest::Client,
-    ) -> ::std::result::Result<Self, ::idem_runtime::client::support::InvalidBaseUrl> {
-        Self::with_retry_client(base_url, RETRY_DEFAULTS.retry_client(http))
-    }
-
-    /// Like [`Client::new`], over a retry client you configured (its
-    /// policy, budget, breaker, clock).
-    pub fn with_retry_client(
-        base_url: &str,
-        retry: ::idem_runtime::client::RetryClient,
-    ) -> ::std::result::Result<Self, ::idem_runtime::client::support::InvalidBaseUrl> {
-        ::std::result::Result::Ok(Self {
-            inner: ::idem_runtime::client::support::ApiClient::new(base_url, retry)?,
-        })
-    }
-
-    /// The retry client every call goes through (its metrics, budget, policy).
-    pub fn retry_client(&self) -> &::idem_runtime::client::RetryClient {
-        self.inner.retry_client()
-    }
-
-    /// The base URL.
-    pub fn base_url(&self) -> &str {
-        self.inner.base_url()
-    }
-
-    /// Authenticates with the `bearerAuth` scheme (`Authorization: Bearer …`).
-    pub fn bearer_auth(
-        mut self,
-        token: impl ::std::convert::Into<::std::string::String>,
-    ) -> Self {
-        self.inner
-            .set_credential(
-                "bearerAuth",
-                ::idem_runtime::client::support::Credential::Bearer(token.into()),
-            );
-        self
-    }
-
-    /// The operations on `/blobs`: 2, each a method of [`BlobsClient`].
-    #[cfg(feature = "blobs")]
-    pub fn blobs(&self) -> BlobsClient<'_> {
-        BlobsClient { client: self }
-    }
-
-    /// The operations on `/charges`: 1, each a method of [`ChargesClient`].
     #[cfg(feature = "charges")]
-    pub fn charges(&self) -> ChargesClient<'_> {
-        ChargesClient { client: self }
+    object! {
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Charge {
+            #[json("id")]
+            pub id: String,
+            #[json("amount")]
+            pub amount: i64,
+            #[json("received", optional)]
+            pub received: Option<BTreeMap<String, Value>>,
+        }
     }
 
-    /// The operations on `/health`: 1, each a method of [`HealthClient`].
-    #[cfg(feature = "health")]
-    pub fn health(&self) -> HealthClient<'_> {
-        HealthClient { client: self }
-    }
-
-    /// The operations on `/notes`: 1, each a method of [`NotesClient`].
     #[cfg(feature = "notes")]
-    pub fn notes(&self) -> NotesClient<'_> {
-        NotesClient { client: self }
+    object! {
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct CreateNoteRequestJson {
+            #[json("text")]
+            pub text: String,
+        }
     }
 
-    /// The operations on `/orders`: 2, each a method of [`OrdersClient`].
-    #[cfg(feature = "orders")]
-    pub fn orders(&self) -> OrdersClient<'_> {
-        OrdersClient { client: self }
-    }
-
-    /// The operations on `/refunds`: 1, each a method of [`RefundsClient`].
-    #[cfg(feature = "refunds")]
-    pub fn refunds(&self) -> RefundsClient<'_> {
-        RefundsClient { client: self }
-    }
-
-    /// The operations on `/uploads`: 1, each a method of [`UploadsClient`].
     #[cfg(feature = "uploads")]
-    pub fn uploads(&self) -> UploadsClient<'_> {
-        UploadsClient { client: self }
+    object! {
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct CreateUploadRequest {
+            #[json("name")]
+            pub name: String,
+            #[json("file")]
+            pub file: Bytes,
+        }
+    }
+
+    #[cfg(feature = "orders")]
+    object! {
+        #[derive(Debug, Clone, PartialEq, Default)]
+        pub struct GetOrderFilter {
+            #[json("status", optional)]
+            pub status: Option<String>,
+        }
+    }
+
+    #[cfg(feature = "health")]
+    object! {
+        #[derive(Debug, Clone, PartialEq, Default)]
+        pub struct HealthResponse200 {
+            #[json("ok", optional)]
+            pub ok: Option<bool>,
+        }
+    }
+
+    #[cfg(feature = "charges")]
+    object! {
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct NewCharge {
+            #[json("amount")]
+            pub amount: i64,
+            #[json("currency")]
+            pub currency: String,
+            #[json("metadata", optional)]
+            pub metadata: Option<BTreeMap<String, String>>,
+            #[json("shipping", optional)]
+            pub shipping: Option<NewChargeShipping>,
+            #[json("expand", optional)]
+            pub expand: Option<Vec<String>>,
+        }
+    }
+
+    #[cfg(feature = "charges")]
+    object! {
+        #[derive(Debug, Clone, PartialEq, Default)]
+        pub struct NewChargeShipping {
+            #[json("name", optional)]
+            pub name: Option<String>,
+            #[json("address", optional)]
+            pub address: Option<NewChargeShippingAddress>,
+        }
+    }
+
+    #[cfg(feature = "charges")]
+    object! {
+        #[derive(Debug, Clone, PartialEq, Default)]
+        pub struct NewChargeShippingAddress {
+            #[json("line1", optional)]
+            pub line1: Option<String>,
+            #[json("city", optional)]
+            pub city: Option<String>,
+        }
+    }
+
+    #[cfg(feature = "orders")]
+    object! {
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct NewOrder {
+            /// Stock-keeping unit.
+            #[json("sku")]
+            pub sku: String,
+            #[json("quantity")]
+            pub quantity: i32,
+            #[json("gift", optional)]
+            pub gift: Option<bool>,
+            #[json("note", optional)]
+            pub note: Option<String>,
+        }
+    }
+
+    #[cfg(feature = "orders")]
+    object! {
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Order {
+            /// Stock-keeping unit.
+            #[json("sku")]
+            pub sku: String,
+            #[json("quantity")]
+            pub quantity: i32,
+            #[json("gift", optional)]
+            pub gift: Option<bool>,
+            #[json("note", optional)]
+            pub note: Option<String>,
+            #[json("id")]
+            pub id: i64,
+            #[json("status")]
+            pub status: OrderStatus,
+            #[json("created", optional)]
+            pub created: Option<DateTime<Utc>>,
+        }
+    }
+
+    #[cfg(feature = "orders")]
+    string_enum! {
+        pub enum OrderStatus {
+            Pending = "pending",
+            Paid = "paid",
+            Shipped = "shipped",
+            BackOrdered = "back-ordered",
+        }
+    }
+
+    #[cfg(
+        any(feature = "charges", feature = "notes", feature = "orders", feature = "uploads")
+    )]
+    object! {
+        /// An RFC 9457 problem.
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Problem {
+            #[json("type", optional)]
+            pub r#type: Option<String>,
+            #[json("title")]
+            pub title: String,
+            #[json("status", optional)]
+            pub status: Option<i32>,
+            #[json("code", optional)]
+            pub code: Option<String>,
+        }
+    }
+
+    #[cfg(feature = "refunds")]
+    object! {
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Refund {
+            #[json("order")]
+            pub order: i64,
+            #[json("amount")]
+            pub amount: i64,
+        }
+    }
+
+    #[cfg(feature = "uploads")]
+    object! {
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Upload {
+            #[json("name")]
+            pub name: String,
+            #[json("size")]
+            pub size: i64,
+        }
     }
 }
 
-/// What a caller names besides the API's own types, in one glob import
-/// (`use …::prelude::*;`): `.next().await` on lists and event streams,
-/// the key a keyed call sends, and the errors calls and pages return.
-#[allow(
-    unused_imports,
-    reason = "re-exported for callers: a binary that includes the API may name none of them"
-)]
-pub mod prelude {
-    pub use ::idem_runtime::client::{
-        ApiError, IdempotencyKey, PageError, Resume, StreamExt as _,
+/// The typed client: [`Client`], one method per operation, each retried by its retry class.
+pub mod client {
+    #![allow(unused_imports, reason = "each import serves the resource groups that use it, which may be off")]
+
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use idem_runtime::rt::client;
+    use idem_runtime::rt::bytes::Bytes;
+    use idem_runtime::rt::client::{
+        reqwest, ApiClient, ApiError, BudgetConfig, Call, Credential, Defaults, InvalidBaseUrl,
+        KeyLocation, Multipart, Operation, OperationSpec, PolicyOverride, Raw, Request, RetryClass,
+        RetryClient, Style,
     };
-}
+    use idem_runtime::rt::http::Method;
 
-/// `GET /blobs/{name}`: its retry class, key and policy.
-#[cfg(feature = "blobs")]
-const OP_GET_BLOB: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
-    operation: ::idem_runtime::client::Operation::new(
-        "getBlob",
-        ::idem_runtime::client::RetryClass::Safe,
-    ),
-    key: ::idem_runtime::client::support::KeyLocation::None,
-    security: &["bearerAuth"],
-    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
-};
+    use super::types::*;
 
-#[cfg(feature = "blobs")]
-fn decode_get_blob(
-    raw: &::idem_runtime::client::support::Raw,
-) -> ::std::result::Result<
-    ::idem_runtime::bytes::Bytes,
-    ::idem_runtime::client::support::ApiError<::std::convert::Infallible>,
-> {
-    match raw.status() {
-        200 => ::std::result::Result::Ok(raw.bytes()?),
-        _ => raw.unexpected(),
+    /// The first server the spec names.
+    pub const DEFAULT_BASE_URL: &str = "https://api.shop.example/v1";
+
+    /// The document's `x-retry` defaults: attempts, backoff, deadline and retry budget.
+    pub const RETRY_DEFAULTS: Defaults = Defaults {
+        max_attempts: 3,
+        base: Duration::from_millis(10),
+        cap: Duration::from_millis(50),
+        decorrelated: false,
+        deadline: Duration::from_millis(2000),
+        budget: BudgetConfig {
+            capacity: 500,
+            transient_cost: 14,
+            throttle_cost: 5,
+            success_refund: 1,
+        },
+    };
+
+    /// A client for Shop API.
+    ///
+    /// Cheap to clone: clones share one connection pool and one retry budget. Every method states its retry class; keyed operations get an idempotency key minted once per call and sent on every attempt.
+    ///
+    /// Operations are grouped by resource (the operation's first tag, or the first segment of its path), as `client.blobs().get(…)`:
+    ///
+    /// - [`Client::blobs`] (feature `blobs`): `/blobs`, 2 operations
+    /// - [`Client::charges`] (feature `charges`): `/charges`, 1 operation
+    /// - [`Client::health`] (feature `health`): `/health`, 1 operation
+    /// - [`Client::notes`] (feature `notes`): `/notes`, 1 operation
+    /// - [`Client::orders`] (feature `orders`): `/orders`, 2 operations
+    /// - [`Client::refunds`] (feature `refunds`): `/refunds`, 1 operation
+    /// - [`Client::uploads`] (feature `uploads`): `/uploads`, 1 operation
+    ///
+    /// Each group is a cargo feature of this crate, and a type is compiled when a group that uses it is on. `default` turns on `full`, which turns on every group and the types no operation uses; a crate that calls a few resources depends on this one with `default-features = false` and their features.
+    #[derive(Debug, Clone)]
+    pub struct Client {
+        inner: ApiClient,
     }
-}
 
-/// A `204` response with its documented headers.
-#[cfg(feature = "blobs")]
-#[derive(Debug, Clone, PartialEq)]
-pub struct PutBlobResponse {
-    /// The `ETag` response header.
-    pub e_tag: ::std::option::Option<::std::string::String>,
-}
+    impl Client {
+        /// A client for the API at `base_url`, with the spec's retry defaults.
+        pub fn new(base_url: &str) -> Result<Self, InvalidBaseUrl> {
+            Self::with_http(base_url, reqwest::Client::new())
+        }
 
-/// `PUT /blobs/{name}`: its retry class, key and policy.
-#[cfg(feature = "blobs")]
-const OP_PUT_BLOB: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
-    operation: ::idem_runtime::client::Operation::new(
-        "putBlob",
-        ::idem_runtime::client::RetryClass::Safe,
-    ),
-    key: ::idem_runtime::client::support::KeyLocation::None,
-    security: &["bearerAuth"],
-    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
-};
+        /// Like [`Client::new`], over a reqwest client you configured.
+        pub fn with_http(
+            base_url: &str,
+            http: reqwest::Client,
+        ) -> Result<Self, InvalidBaseUrl> {
+            Self::with_retry_client(base_url, RETRY_DEFAULTS.retry_client(http))
+        }
 
-#[cfg(feature = "blobs")]
-fn decode_put_blob(
-    raw: &::idem_runtime::client::support::Raw,
-) -> ::std::result::Result<
-    PutBlobResponse,
-    ::idem_runtime::client::support::ApiError<::std::convert::Infallible>,
-> {
-    match raw.status() {
-        204 => {
-            ::std::result::Result::Ok(PutBlobResponse {
-                e_tag: raw.header("ETag"),
+        /// Like [`Client::new`], over a retry client you configured (its
+        /// policy, budget, breaker, clock).
+        pub fn with_retry_client(
+            base_url: &str,
+            retry: RetryClient,
+        ) -> Result<Self, InvalidBaseUrl> {
+            Ok(Self {
+                inner: ApiClient::new(base_url, retry)?,
             })
         }
-        _ => raw.unexpected(),
-    }
-}
 
-/// The operations on `/blobs`, from [`Client::blobs`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
-#[cfg(feature = "blobs")]
-#[derive(Debug, Clone, Copy)]
-pub struct BlobsClient<'a> {
-    client: &'a Client,
-}
-
-#[cfg(feature = "blobs")]
-impl<'a> BlobsClient<'a> {
-    /// `GET /blobs/{name}`
-    ///
-    /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
-    pub fn get(
-        &self,
-        name: &str,
-    ) -> ::idem_runtime::client::support::Call<
-        'a,
-        ::idem_runtime::bytes::Bytes,
-        ::std::convert::Infallible,
-    > {
-        let request = ::idem_runtime::client::support::Request::new(
-            ::idem_runtime::http::Method::GET,
-            ["/blobs/", &::idem_runtime::client::support::segment(&name)].concat(),
-        );
-        self.client.inner.call(&OP_GET_BLOB, request, decode_get_blob)
-    }
-
-    /// Store bytes under a name (replaces).
-    ///
-    /// `PUT /blobs/{name}`
-    ///
-    /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
-    pub fn put(
-        &self,
-        name: &str,
-        body: &::idem_runtime::bytes::Bytes,
-    ) -> ::idem_runtime::client::support::Call<
-        'a,
-        PutBlobResponse,
-        ::std::convert::Infallible,
-    > {
-        let mut request = ::idem_runtime::client::support::Request::new(
-            ::idem_runtime::http::Method::PUT,
-            ["/blobs/", &::idem_runtime::client::support::segment(&name)].concat(),
-        );
-        request.raw("application/octet-stream", ::std::clone::Clone::clone(body));
-        self.client.inner.call(&OP_PUT_BLOB, request, decode_put_blob)
-    }
-}
-
-#[cfg(feature = "charges")]
-fn body_create_charge(
-    request: &mut ::idem_runtime::client::support::Request,
-    body: &NewCharge,
-) {
-    request.form(body, &["metadata", "shipping", "expand"]);
-}
-
-/// A `503` response with its documented headers.
-#[cfg(feature = "charges")]
-#[derive(Debug, Clone, PartialEq)]
-pub struct CreateChargeErrorServiceUnavailable {
-    /// The `Retry-After` response header.
-    pub retry_after: ::std::option::Option<i64>,
-}
-
-/// The documented error responses.
-#[cfg(feature = "charges")]
-#[derive(Debug, Clone, PartialEq)]
-pub enum CreateChargeError {
-    /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
-    BadRequest,
-    /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
-    ServiceUnavailable(CreateChargeErrorServiceUnavailable),
-    /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
-    GatewayTimeout,
-    /// `409`: The key is in use, or was used with another request.
-    Conflict(Problem),
-    /// `422`: The key is in use, or was used with another request.
-    UnprocessableEntity(Problem),
-}
-
-/// `POST /charges`: its retry class, key and policy.
-#[cfg(feature = "charges")]
-const OP_CREATE_CHARGE: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
-    operation: ::idem_runtime::client::Operation::new(
-        "createCharge",
-        ::idem_runtime::client::RetryClass::Keyed,
-    ),
-    key: ::idem_runtime::client::support::KeyLocation::Header("Idempotency-Key"),
-    security: &["bearerAuth"],
-    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
-};
-
-#[cfg(feature = "charges")]
-fn decode_create_charge(
-    raw: &::idem_runtime::client::support::Raw,
-) -> ::std::result::Result<
-    Charge,
-    ::idem_runtime::client::support::ApiError<CreateChargeError>,
-> {
-    match raw.status() {
-        200 => ::std::result::Result::Ok(raw.json()?),
-        400 => raw.error(CreateChargeError::BadRequest),
-        503 => {
-            raw.error(
-                CreateChargeError::ServiceUnavailable(CreateChargeErrorServiceUnavailable {
-                    retry_after: raw.header("Retry-After"),
-                }),
-            )
+        /// The retry client every call goes through (its metrics, budget, policy).
+        pub fn retry_client(&self) -> &RetryClient {
+            self.inner.retry_client()
         }
-        504 => raw.error(CreateChargeError::GatewayTimeout),
-        409 => raw.error(CreateChargeError::Conflict(raw.json()?)),
-        422 => raw.error(CreateChargeError::UnprocessableEntity(raw.json()?)),
-        _ => raw.unexpected(),
-    }
-}
 
-/// The operations on `/charges`, from [`Client::charges`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
-#[cfg(feature = "charges")]
-#[derive(Debug, Clone, Copy)]
-pub struct ChargesClient<'a> {
-    client: &'a Client,
-}
-
-#[cfg(feature = "charges")]
-impl<'a> ChargesClient<'a> {
-    /// Charge a card.
-    ///
-    /// `POST /charges`
-    ///
-    /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
-    ///
-    /// The body is optional: send one with `.body(&NewCharge)` on the returned call.
-    pub fn create(
-        &self,
-    ) -> ::idem_runtime::client::support::Call<
-        'a,
-        Charge,
-        CreateChargeError,
-        NewCharge,
-    > {
-        let request = ::idem_runtime::client::support::Request::new(
-            ::idem_runtime::http::Method::POST,
-            ::std::string::String::from("/charges"),
-        );
-        self.client
-            .inner
-            .call_with_body(
-                &OP_CREATE_CHARGE,
-                request,
-                decode_create_charge,
-                body_create_charge,
-            )
-    }
-}
-
-/// A `503` response with its documented headers.
-#[cfg(feature = "health")]
-#[derive(Debug, Clone, PartialEq)]
-pub struct HealthError {
-    /// The `Retry-After` response header.
-    pub retry_after: ::std::option::Option<i64>,
-}
-
-/// `GET /health`: its retry class, key and policy.
-#[cfg(feature = "health")]
-const OP_HEALTH: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
-    operation: ::idem_runtime::client::Operation::new(
-        "health",
-        ::idem_runtime::client::RetryClass::Safe,
-    ),
-    key: ::idem_runtime::client::support::KeyLocation::None,
-    security: &[],
-    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
-};
-
-#[cfg(feature = "health")]
-fn decode_health(
-    raw: &::idem_runtime::client::support::Raw,
-) -> ::std::result::Result<
-    HealthResponse200,
-    ::idem_runtime::client::support::ApiError<HealthError>,
-> {
-    match raw.status() {
-        200 => ::std::result::Result::Ok(raw.json()?),
-        503 => {
-            raw.error(HealthError {
-                retry_after: raw.header("Retry-After"),
-            })
+        /// The base URL.
+        pub fn base_url(&self) -> &str {
+            self.inner.base_url()
         }
-        _ => raw.unexpected(),
-    }
-}
 
-/// The operations on `/health`, from [`Client::health`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
-#[cfg(feature = "health")]
-#[derive(Debug, Clone, Copy)]
-pub struct HealthClient<'a> {
-    client: &'a Client,
-}
-
-#[cfg(feature = "health")]
-impl<'a> HealthClient<'a> {
-    /// `GET /health`
-    ///
-    /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
-    pub fn health(
-        &self,
-    ) -> ::idem_runtime::client::support::Call<'a, HealthResponse200, HealthError> {
-        let request = ::idem_runtime::client::support::Request::new(
-            ::idem_runtime::http::Method::GET,
-            ::std::string::String::from("/health"),
-        );
-        self.client.inner.call(&OP_HEALTH, request, decode_health)
-    }
-}
-
-/// The request body, in one of the media types the operation accepts.
-#[cfg(feature = "notes")]
-#[derive(Debug, Clone, PartialEq)]
-pub enum CreateNoteBody {
-    /// `application/json`
-    Json(CreateNoteRequestJson),
-    /// `text/plain`
-    Text(::std::string::String),
-}
-
-/// A `503` response with its documented headers.
-#[cfg(feature = "notes")]
-#[derive(Debug, Clone, PartialEq)]
-pub struct CreateNoteErrorServiceUnavailable {
-    /// The `Retry-After` response header.
-    pub retry_after: ::std::option::Option<i64>,
-}
-
-/// The documented error responses.
-#[cfg(feature = "notes")]
-#[derive(Debug, Clone, PartialEq)]
-pub enum CreateNoteError {
-    /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
-    BadRequest,
-    /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
-    ServiceUnavailable(CreateNoteErrorServiceUnavailable),
-    /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
-    GatewayTimeout,
-    /// `409`: The key is in use, or was used with another request.
-    Conflict(Problem),
-    /// `422`: The key is in use, or was used with another request.
-    UnprocessableEntity(Problem),
-}
-
-/// `POST /notes`: its retry class, key and policy.
-#[cfg(feature = "notes")]
-const OP_CREATE_NOTE: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
-    operation: ::idem_runtime::client::Operation::new(
-        "createNote",
-        ::idem_runtime::client::RetryClass::Keyed,
-    ),
-    key: ::idem_runtime::client::support::KeyLocation::Header("Idempotency-Key"),
-    security: &["bearerAuth"],
-    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
-};
-
-#[cfg(feature = "notes")]
-fn decode_create_note(
-    raw: &::idem_runtime::client::support::Raw,
-) -> ::std::result::Result<
-    ::std::string::String,
-    ::idem_runtime::client::support::ApiError<CreateNoteError>,
-> {
-    match raw.status() {
-        201 => ::std::result::Result::Ok(raw.text()?),
-        400 => raw.error(CreateNoteError::BadRequest),
-        503 => {
-            raw.error(
-                CreateNoteError::ServiceUnavailable(CreateNoteErrorServiceUnavailable {
-                    retry_after: raw.header("Retry-After"),
-                }),
-            )
+        /// Authenticates with the `bearerAuth` scheme (`Authorization: Bearer …`).
+        pub fn bearer_auth(mut self, token: impl Into<String>) -> Self {
+            self.inner.set_credential("bearerAuth", Credential::Bearer(token.into()));
+            self
         }
-        504 => raw.error(CreateNoteError::GatewayTimeout),
-        409 => raw.error(CreateNoteError::Conflict(raw.json()?)),
-        422 => raw.error(CreateNoteError::UnprocessableEntity(raw.json()?)),
-        _ => raw.unexpected(),
+
+        /// The operations on `/blobs`: 2, each a method of [`BlobsClient`].
+        #[cfg(feature = "blobs")]
+        pub fn blobs(&self) -> BlobsClient<'_> {
+            BlobsClient { client: self }
+        }
+
+        /// The operations on `/charges`: 1, each a method of [`ChargesClient`].
+        #[cfg(feature = "charges")]
+        pub fn charges(&self) -> ChargesClient<'_> {
+            ChargesClient { client: self }
+        }
+
+        /// The operations on `/health`: 1, each a method of [`HealthClient`].
+        #[cfg(feature = "health")]
+        pub fn health(&self) -> HealthClient<'_> {
+            HealthClient { client: self }
+        }
+
+        /// The operations on `/notes`: 1, each a method of [`NotesClient`].
+        #[cfg(feature = "notes")]
+        pub fn notes(&self) -> NotesClient<'_> {
+            NotesClient { client: self }
+        }
+
+        /// The operations on `/orders`: 2, each a method of [`OrdersClient`].
+        #[cfg(feature = "orders")]
+        pub fn orders(&self) -> OrdersClient<'_> {
+            OrdersClient { client: self }
+        }
+
+        /// The operations on `/refunds`: 1, each a method of [`RefundsClient`].
+        #[cfg(feature = "refunds")]
+        pub fn refunds(&self) -> RefundsClient<'_> {
+            RefundsClient { client: self }
+        }
+
+        /// The operations on `/uploads`: 1, each a method of [`UploadsClient`].
+        #[cfg(feature = "uploads")]
+        pub fn uploads(&self) -> UploadsClient<'_> {
+            UploadsClient { client: self }
+        }
     }
-}
 
-/// The operations on `/notes`, from [`Client::notes`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
-#[cfg(feature = "notes")]
-#[derive(Debug, Clone, Copy)]
-pub struct NotesClient<'a> {
-    client: &'a Client,
-}
-
-#[cfg(feature = "notes")]
-impl<'a> NotesClient<'a> {
-    /// Add a note, as JSON or as text.
-    ///
-    /// `POST /notes`
-    ///
-    /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
-    pub fn create(
-        &self,
-        body: &CreateNoteBody,
-    ) -> ::idem_runtime::client::support::Call<
-        'a,
-        ::std::string::String,
-        CreateNoteError,
-    > {
-        let mut request = ::idem_runtime::client::support::Request::new(
-            ::idem_runtime::http::Method::POST,
-            ::std::string::String::from("/notes"),
-        );
-        match body {
-            CreateNoteBody::Json(value) => {
-                request.json(value);
-            }
-            CreateNoteBody::Text(value) => {
-                request.raw("text/plain", ::std::string::String::from(value));
-            }
-        }
-        self.client.inner.call(&OP_CREATE_NOTE, request, decode_create_note)
+    /// What a caller names besides the API's own types, in one glob import
+    /// (`use …::prelude::*;`): `.next().await` on lists and event streams,
+    /// the key a keyed call sends, and the errors calls and pages return.
+    #[allow(
+        unused_imports,
+        reason = "re-exported for callers: a binary that includes the API may name none of them"
+    )]
+    pub mod prelude {
+        pub use ::idem_runtime::rt::client::{
+            ApiError, IdempotencyKey, PageError, Resume, StreamExt as _,
+        };
     }
-}
 
-/// A `201` response with its documented headers.
-#[cfg(feature = "orders")]
-#[derive(Debug, Clone, PartialEq)]
-pub struct CreateOrderResponse {
-    /// The response body.
-    pub body: Order,
-    /// The `X-Request-Cost` response header.
-    pub x_request_cost: ::std::option::Option<i64>,
-}
+    /// `GET /blobs/{name}`: its retry class, key and policy.
+    #[cfg(feature = "blobs")]
+    const OP_GET_BLOB: OperationSpec = OperationSpec {
+        operation: Operation::new("getBlob", RetryClass::Safe),
+        key: KeyLocation::None,
+        security: &["bearerAuth"],
+        retry: PolicyOverride::NONE,
+    };
 
-/// A `503` response with its documented headers.
-#[cfg(feature = "orders")]
-#[derive(Debug, Clone, PartialEq)]
-pub struct CreateOrderErrorServiceUnavailable {
-    /// The `Retry-After` response header.
-    pub retry_after: ::std::option::Option<i64>,
-}
-
-/// A `429` response with its documented headers.
-#[cfg(feature = "orders")]
-#[derive(Debug, Clone, PartialEq)]
-pub struct CreateOrderErrorTooManyRequests {
-    /// The `Retry-After` response header.
-    pub retry_after: ::std::option::Option<i64>,
-}
-
-/// The documented error responses.
-#[cfg(feature = "orders")]
-#[derive(Debug, Clone, PartialEq)]
-pub enum CreateOrderError {
-    /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
-    ServiceUnavailable(CreateOrderErrorServiceUnavailable),
-    /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
-    GatewayTimeout,
-    /// `400`: Invalid order.
-    BadRequest(Problem),
-    /// `409`: The key is in use, or was used with another request.
-    Conflict(Problem),
-    /// `422`: The key is in use, or was used with another request.
-    UnprocessableEntity(Problem),
-    /// `429`: Too many requests.
-    TooManyRequests(CreateOrderErrorTooManyRequests),
-}
-
-/// `POST /orders`: its retry class, key and policy.
-#[cfg(feature = "orders")]
-const OP_CREATE_ORDER: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
-    operation: ::idem_runtime::client::Operation::new(
-        "createOrder",
-        ::idem_runtime::client::RetryClass::Keyed,
-    ),
-    key: ::idem_runtime::client::support::KeyLocation::Header("Idempotency-Key"),
-    security: &["bearerAuth"],
-    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
-};
-
-#[cfg(feature = "orders")]
-fn decode_create_order(
-    raw: &::idem_runtime::client::support::Raw,
-) -> ::std::result::Result<
-    CreateOrderResponse,
-    ::idem_runtime::client::support::ApiError<CreateOrderError>,
-> {
-    match raw.status() {
-        201 => {
-            ::std::result::Result::Ok({
-                let __body = raw.json()?;
-                CreateOrderResponse {
-                    body: __body,
-                    x_request_cost: raw.header("X-Request-Cost"),
-                }
-            })
+    #[cfg(feature = "blobs")]
+    fn decode_get_blob(raw: &Raw) -> Result<Bytes, ApiError<Infallible>> {
+        match raw.status() {
+            200 => Ok(raw.bytes()?),
+            _ => raw.unexpected(),
         }
-        503 => {
-            raw.error(
-                CreateOrderError::ServiceUnavailable(CreateOrderErrorServiceUnavailable {
-                    retry_after: raw.header("Retry-After"),
-                }),
-            )
-        }
-        504 => raw.error(CreateOrderError::GatewayTimeout),
-        400 => raw.error(CreateOrderError::BadRequest(raw.json()?)),
-        409 => raw.error(CreateOrderError::Conflict(raw.json()?)),
-        422 => raw.error(CreateOrderError::UnprocessableEntity(raw.json()?)),
-        429 => {
-            raw.error(
-                CreateOrderError::TooManyRequests(CreateOrderErrorTooManyRequests {
-                    retry_after: raw.header("Retry-After"),
-                }),
-            )
-        }
-        _ => raw.unexpected(),
     }
-}
 
-/// Query, header and cookie parameters of [`OrdersClient::get`].
-#[cfg(feature = "orders")]
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct GetOrderParams {
-    /// `expand` (query parameter).
-    pub expand: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
-    /// `filter` (query parameter).
-    pub filter: ::std::option::Option<GetOrderFilter>,
-    /// `X-Trace` (header parameter).
-    pub x_trace: ::std::option::Option<::std::string::String>,
-}
+    /// A `204` response with its documented headers.
+    #[cfg(feature = "blobs")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct PutBlobResponse {
+        /// The `ETag` response header.
+        pub e_tag: Option<String>,
+    }
 
-/// A `404` response with its documented headers.
-#[cfg(feature = "orders")]
-#[derive(Debug, Clone, PartialEq)]
-pub struct GetOrderErrorNotFound {
-    /// The response body.
-    pub body: Problem,
-    /// The `X-Correlation-Id` response header.
-    pub x_correlation_id: ::std::option::Option<::std::string::String>,
-}
+    /// `PUT /blobs/{name}`: its retry class, key and policy.
+    #[cfg(feature = "blobs")]
+    const OP_PUT_BLOB: OperationSpec = OperationSpec {
+        operation: Operation::new("putBlob", RetryClass::Safe),
+        key: KeyLocation::None,
+        security: &["bearerAuth"],
+        retry: PolicyOverride::NONE,
+    };
 
-/// A `429` response with its documented headers.
-#[cfg(feature = "orders")]
-#[derive(Debug, Clone, PartialEq)]
-pub struct GetOrderErrorTooManyRequests {
-    /// The `Retry-After` response header.
-    pub retry_after: ::std::option::Option<i64>,
-}
-
-/// The documented error responses.
-#[cfg(feature = "orders")]
-#[derive(Debug, Clone, PartialEq)]
-pub enum GetOrderError {
-    /// `404`: No such order.
-    NotFound(GetOrderErrorNotFound),
-    /// `429`: Too many requests.
-    TooManyRequests(GetOrderErrorTooManyRequests),
-}
-
-/// `GET /orders/{id}`: its retry class, key and policy.
-#[cfg(feature = "orders")]
-const OP_GET_ORDER: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
-    operation: ::idem_runtime::client::Operation::new(
-            "getOrder",
-            ::idem_runtime::client::RetryClass::Safe,
-        )
-        .request_id_header("x-correlation-id"),
-    key: ::idem_runtime::client::support::KeyLocation::None,
-    security: &["bearerAuth"],
-    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
-};
-
-#[cfg(feature = "orders")]
-fn decode_get_order(
-    raw: &::idem_runtime::client::support::Raw,
-) -> ::std::result::Result<
-    Order,
-    ::idem_runtime::client::support::ApiError<GetOrderError>,
-> {
-    match raw.status() {
-        200 => ::std::result::Result::Ok(raw.json()?),
-        404 => {
-            raw.error({
-                let __body = raw.json()?;
-                GetOrderError::NotFound(GetOrderErrorNotFound {
-                    body: __body,
-                    x_correlation_id: raw.header("X-Correlation-Id"),
+    #[cfg(feature = "blobs")]
+    fn decode_put_blob(raw: &Raw) -> Result<PutBlobResponse, ApiError<Infallible>> {
+        match raw.status() {
+            204 => {
+                Ok(PutBlobResponse {
+                    e_tag: raw.header("ETag"),
                 })
-            })
+            }
+            _ => raw.unexpected(),
         }
-        429 => {
-            raw.error(
-                GetOrderError::TooManyRequests(GetOrderErrorTooManyRequests {
-                    retry_after: raw.header("Retry-After"),
-                }),
-            )
-        }
-        _ => raw.unexpected(),
-    }
-}
-
-/// The operations on `/orders`, from [`Client::orders`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
-#[cfg(feature = "orders")]
-#[derive(Debug, Clone, Copy)]
-pub struct OrdersClient<'a> {
-    client: &'a Client,
-}
-
-#[cfg(feature = "orders")]
-impl<'a> OrdersClient<'a> {
-    /// Place an order.
-    ///
-    /// `POST /orders`
-    ///
-    /// Retry class `keyed`: the API requires an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
-    pub fn create(
-        &self,
-        body: &NewOrder,
-    ) -> ::idem_runtime::client::support::Call<
-        'a,
-        CreateOrderResponse,
-        CreateOrderError,
-    > {
-        let mut request = ::idem_runtime::client::support::Request::new(
-            ::idem_runtime::http::Method::POST,
-            ::std::string::String::from("/orders"),
-        );
-        request.json(body);
-        self.client.inner.call(&OP_CREATE_ORDER, request, decode_create_order)
     }
 
-    /// Fetch one order.
-    ///
-    /// `GET /orders/{id}`
-    ///
-    /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
-    pub fn get(
-        &self,
-        id: i64,
-        params: &GetOrderParams,
-    ) -> ::idem_runtime::client::support::Call<'a, Order, GetOrderError> {
-        let mut request = ::idem_runtime::client::support::Request::new(
-            ::idem_runtime::http::Method::GET,
-            ["/orders/", &::idem_runtime::client::support::segment(&id)].concat(),
-        );
-        request
-            .query(
-                "expand",
-                &params.expand,
-                ::idem_runtime::client::support::Style::Form,
-                true,
+    /// The operations on `/blobs`, from [`Client::blobs`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+    #[cfg(feature = "blobs")]
+    #[derive(Debug, Clone, Copy)]
+    pub struct BlobsClient<'a> {
+        client: &'a Client,
+    }
+
+    #[cfg(feature = "blobs")]
+    impl<'a> BlobsClient<'a> {
+        /// `GET /blobs/{name}`
+        ///
+        /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
+        pub fn get(&self, name: &str) -> Call<'a, Bytes, Infallible> {
+            let request = Request::new(
+                Method::GET,
+                ["/blobs/", &client::segment(&name)].concat(),
             );
-        request
-            .query(
-                "filter",
-                &params.filter,
-                ::idem_runtime::client::support::Style::DeepObject,
-                true,
-            );
-        request.header("X-Trace", &params.x_trace);
-        self.client.inner.call(&OP_GET_ORDER, request, decode_get_order)
-    }
-}
-
-/// `POST /refunds`: its retry class, key and policy.
-#[cfg(feature = "refunds")]
-const OP_CREATE_REFUND: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
-    operation: ::idem_runtime::client::Operation::new(
-            "createRefund",
-            ::idem_runtime::client::RetryClass::UnsafeDocumented,
-        )
-        .warning("Each call refunds again; list the order's refunds before retrying."),
-    key: ::idem_runtime::client::support::KeyLocation::None,
-    security: &["bearerAuth"],
-    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
-};
-
-#[cfg(feature = "refunds")]
-fn decode_create_refund(
-    raw: &::idem_runtime::client::support::Raw,
-) -> ::std::result::Result<
-    Refund,
-    ::idem_runtime::client::support::ApiError<::std::convert::Infallible>,
-> {
-    match raw.status() {
-        201 => ::std::result::Result::Ok(raw.json()?),
-        _ => raw.unexpected(),
-    }
-}
-
-/// The operations on `/refunds`, from [`Client::refunds`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
-#[cfg(feature = "refunds")]
-#[derive(Debug, Clone, Copy)]
-pub struct RefundsClient<'a> {
-    client: &'a Client,
-}
-
-#[cfg(feature = "refunds")]
-impl<'a> RefundsClient<'a> {
-    /// Refund an order.
-    ///
-    /// `POST /refunds`
-    ///
-    /// Retry class `unsafe-documented`: takes no idempotency key, so it is never re-sent once the request may have reached the server; an ambiguous failure ends as an unknown outcome (`RetryError::OutcomeUnknown`): check before calling again.
-    ///
-    /// Warning from the API: Each call refunds again; list the order's refunds before retrying.
-    pub fn create(
-        &self,
-        body: &Refund,
-    ) -> ::idem_runtime::client::support::Call<'a, Refund, ::std::convert::Infallible> {
-        let mut request = ::idem_runtime::client::support::Request::new(
-            ::idem_runtime::http::Method::POST,
-            ::std::string::String::from("/refunds"),
-        );
-        request.json(body);
-        self.client.inner.call(&OP_CREATE_REFUND, request, decode_create_refund)
-    }
-}
-
-#[cfg(feature = "uploads")]
-fn multipart_create_upload(
-    body: &CreateUploadRequest,
-) -> ::idem_runtime::client::support::Multipart {
-    let mut parts = ::idem_runtime::client::support::Multipart::new();
-    parts.field("name", &body.name);
-    parts.bytes("file", &body.file, ::std::option::Option::None);
-    parts
-}
-
-/// A `503` response with its documented headers.
-#[cfg(feature = "uploads")]
-#[derive(Debug, Clone, PartialEq)]
-pub struct CreateUploadErrorServiceUnavailable {
-    /// The `Retry-After` response header.
-    pub retry_after: ::std::option::Option<i64>,
-}
-
-/// The documented error responses.
-#[cfg(feature = "uploads")]
-#[derive(Debug, Clone, PartialEq)]
-pub enum CreateUploadError {
-    /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
-    BadRequest,
-    /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
-    ServiceUnavailable(CreateUploadErrorServiceUnavailable),
-    /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
-    GatewayTimeout,
-    /// `409`: The key is in use, or was used with another request.
-    Conflict(Problem),
-    /// `422`: The key is in use, or was used with another request.
-    UnprocessableEntity(Problem),
-}
-
-/// `POST /uploads`: its retry class, key and policy.
-#[cfg(feature = "uploads")]
-const OP_CREATE_UPLOAD: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
-    operation: ::idem_runtime::client::Operation::new(
-        "createUpload",
-        ::idem_runtime::client::RetryClass::Keyed,
-    ),
-    key: ::idem_runtime::client::support::KeyLocation::Header("Idempotency-Key"),
-    security: &["bearerAuth"],
-    retry: ::idem_runtime::client::support::PolicyOverride::NONE,
-};
-
-#[cfg(feature = "uploads")]
-fn decode_create_upload(
-    raw: &::idem_runtime::client::support::Raw,
-) -> ::std::result::Result<
-    Upload,
-    ::idem_runtime::client::support::ApiError<CreateUploadError>,
-> {
-    match raw.status() {
-        201 => ::std::result::Result::Ok(raw.json()?),
-        400 => raw.error(CreateUploadError::BadRequest),
-        503 => {
-            raw.error(
-                CreateUploadError::ServiceUnavailable(CreateUploadErrorServiceUnavailable {
-                    retry_after: raw.header("Retry-After"),
-                }),
-            )
+            self.client.inner.call(&OP_GET_BLOB, request, decode_get_blob)
         }
-        504 => raw.error(CreateUploadError::GatewayTimeout),
-        409 => raw.error(CreateUploadError::Conflict(raw.json()?)),
-        422 => raw.error(CreateUploadError::UnprocessableEntity(raw.json()?)),
-        _ => raw.unexpected(),
+
+        /// Store bytes under a name (replaces).
+        ///
+        /// `PUT /blobs/{name}`
+        ///
+        /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
+        pub fn put(
+            &self,
+            name: &str,
+            body: &Bytes,
+        ) -> Call<'a, PutBlobResponse, Infallible> {
+            let mut request = Request::new(
+                Method::PUT,
+                ["/blobs/", &client::segment(&name)].concat(),
+            );
+            request.raw("application/octet-stream", Clone::clone(body));
+            self.client.inner.call(&OP_PUT_BLOB, request, decode_put_blob)
+        }
     }
-}
 
-/// The operations on `/uploads`, from [`Client::uploads`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
-#[cfg(feature = "uploads")]
-#[derive(Debug, Clone, Copy)]
-pub struct UploadsClient<'a> {
-    client: &'a Client,
-}
+    #[cfg(feature = "charges")]
+    fn body_create_charge(request: &mut Request, body: &NewCharge) {
+        request.form(body, &["metadata", "shipping", "expand"]);
+    }
 
-#[cfg(feature = "uploads")]
-impl<'a> UploadsClient<'a> {
-    /// Upload a file.
-    ///
-    /// `POST /uploads`
-    ///
-    /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
-    pub fn create(
-        &self,
-        body: &CreateUploadRequest,
-    ) -> ::idem_runtime::client::support::Call<'a, Upload, CreateUploadError> {
-        let mut request = ::idem_runtime::client::support::Request::new(
-            ::idem_runtime::http::Method::POST,
-            ::std::string::String::from("/uploads"),
-        );
-        request.multipart(multipart_create_upload(body));
-        self.client.inner.call(&OP_CREATE_UPLOAD, request, decode_create_upload)
+    /// A `503` response with its documented headers.
+    #[cfg(feature = "charges")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CreateChargeErrorServiceUnavailable {
+        /// The `Retry-After` response header.
+        pub retry_after: Option<i64>,
+    }
+
+    /// The documented error responses.
+    #[cfg(feature = "charges")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum CreateChargeError {
+        /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
+        BadRequest,
+        /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
+        ServiceUnavailable(CreateChargeErrorServiceUnavailable),
+        /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
+        GatewayTimeout,
+        /// `409`: The key is in use, or was used with another request.
+        Conflict(Problem),
+        /// `422`: The key is in use, or was used with another request.
+        UnprocessableEntity(Problem),
+    }
+
+    /// `POST /charges`: its retry class, key and policy.
+    #[cfg(feature = "charges")]
+    const OP_CREATE_CHARGE: OperationSpec = OperationSpec {
+        operation: Operation::new("createCharge", RetryClass::Keyed),
+        key: KeyLocation::Header("Idempotency-Key"),
+        security: &["bearerAuth"],
+        retry: PolicyOverride::NONE,
+    };
+
+    #[cfg(feature = "charges")]
+    fn decode_create_charge(raw: &Raw) -> Result<Charge, ApiError<CreateChargeError>> {
+        match raw.status() {
+            200 => Ok(raw.json()?),
+            400 => raw.error(CreateChargeError::BadRequest),
+            503 => {
+                raw.error(
+                    CreateChargeError::ServiceUnavailable(CreateChargeErrorServiceUnavailable {
+                        retry_after: raw.header("Retry-After"),
+                    }),
+                )
+            }
+            504 => raw.error(CreateChargeError::GatewayTimeout),
+            409 => raw.error(CreateChargeError::Conflict(raw.json()?)),
+            422 => raw.error(CreateChargeError::UnprocessableEntity(raw.json()?)),
+            _ => raw.unexpected(),
+        }
+    }
+
+    /// The operations on `/charges`, from [`Client::charges`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+    #[cfg(feature = "charges")]
+    #[derive(Debug, Clone, Copy)]
+    pub struct ChargesClient<'a> {
+        client: &'a Client,
+    }
+
+    #[cfg(feature = "charges")]
+    impl<'a> ChargesClient<'a> {
+        /// Charge a card.
+        ///
+        /// `POST /charges`
+        ///
+        /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
+        ///
+        /// The body is optional: send one with `.body(&NewCharge)` on the returned call.
+        pub fn create(&self) -> Call<'a, Charge, CreateChargeError, NewCharge> {
+            let request = Request::new(Method::POST, String::from("/charges"));
+            self.client
+                .inner
+                .call_with_body(
+                    &OP_CREATE_CHARGE,
+                    request,
+                    decode_create_charge,
+                    body_create_charge,
+                )
+        }
+    }
+
+    /// A `503` response with its documented headers.
+    #[cfg(feature = "health")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct HealthError {
+        /// The `Retry-After` response header.
+        pub retry_after: Option<i64>,
+    }
+
+    /// `GET /health`: its retry class, key and policy.
+    #[cfg(feature = "health")]
+    const OP_HEALTH: OperationSpec = OperationSpec {
+        operation: Operation::new("health", RetryClass::Safe),
+        key: KeyLocation::None,
+        security: &[],
+        retry: PolicyOverride::NONE,
+    };
+
+    #[cfg(feature = "health")]
+    fn decode_health(raw: &Raw) -> Result<HealthResponse200, ApiError<HealthError>> {
+        match raw.status() {
+            200 => Ok(raw.json()?),
+            503 => {
+                raw.error(HealthError {
+                    retry_after: raw.header("Retry-After"),
+                })
+            }
+            _ => raw.unexpected(),
+        }
+    }
+
+    /// The operations on `/health`, from [`Client::health`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+    #[cfg(feature = "health")]
+    #[derive(Debug, Clone, Copy)]
+    pub struct HealthClient<'a> {
+        client: &'a Client,
+    }
+
+    #[cfg(feature = "health")]
+    impl<'a> HealthClient<'a> {
+        /// `GET /health`
+        ///
+        /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
+        pub fn health(&self) -> Call<'a, HealthResponse200, HealthError> {
+            let request = Request::new(Method::GET, String::from("/health"));
+            self.client.inner.call(&OP_HEALTH, request, decode_health)
+        }
+    }
+
+    /// The request body, in one of the media types the operation accepts.
+    #[cfg(feature = "notes")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum CreateNoteBody {
+        /// `application/json`
+        Json(CreateNoteRequestJson),
+        /// `text/plain`
+        Text(String),
+    }
+
+    /// A `503` response with its documented headers.
+    #[cfg(feature = "notes")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CreateNoteErrorServiceUnavailable {
+        /// The `Retry-After` response header.
+        pub retry_after: Option<i64>,
+    }
+
+    /// The documented error responses.
+    #[cfg(feature = "notes")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum CreateNoteError {
+        /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
+        BadRequest,
+        /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
+        ServiceUnavailable(CreateNoteErrorServiceUnavailable),
+        /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
+        GatewayTimeout,
+        /// `409`: The key is in use, or was used with another request.
+        Conflict(Problem),
+        /// `422`: The key is in use, or was used with another request.
+        UnprocessableEntity(Problem),
+    }
+
+    /// `POST /notes`: its retry class, key and policy.
+    #[cfg(feature = "notes")]
+    const OP_CREATE_NOTE: OperationSpec = OperationSpec {
+        operation: Operation::new("createNote", RetryClass::Keyed),
+        key: KeyLocation::Header("Idempotency-Key"),
+        security: &["bearerAuth"],
+        retry: PolicyOverride::NONE,
+    };
+
+    #[cfg(feature = "notes")]
+    fn decode_create_note(raw: &Raw) -> Result<String, ApiError<CreateNoteError>> {
+        match raw.status() {
+            201 => Ok(raw.text()?),
+            400 => raw.error(CreateNoteError::BadRequest),
+            503 => {
+                raw.error(
+                    CreateNoteError::ServiceUnavailable(CreateNoteErrorServiceUnavailable {
+                        retry_after: raw.header("Retry-After"),
+                    }),
+                )
+            }
+            504 => raw.error(CreateNoteError::GatewayTimeout),
+            409 => raw.error(CreateNoteError::Conflict(raw.json()?)),
+            422 => raw.error(CreateNoteError::UnprocessableEntity(raw.json()?)),
+            _ => raw.unexpected(),
+        }
+    }
+
+    /// The operations on `/notes`, from [`Client::notes`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+    #[cfg(feature = "notes")]
+    #[derive(Debug, Clone, Copy)]
+    pub struct NotesClient<'a> {
+        client: &'a Client,
+    }
+
+    #[cfg(feature = "notes")]
+    impl<'a> NotesClient<'a> {
+        /// Add a note, as JSON or as text.
+        ///
+        /// `POST /notes`
+        ///
+        /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
+        pub fn create(&self, body: &CreateNoteBody) -> Call<'a, String, CreateNoteError> {
+            let mut request = Request::new(Method::POST, String::from("/notes"));
+            match body {
+                CreateNoteBody::Json(value) => {
+                    request.json(value);
+                }
+                CreateNoteBody::Text(value) => {
+                    request.raw("text/plain", String::from(value));
+                }
+            }
+            self.client.inner.call(&OP_CREATE_NOTE, request, decode_create_note)
+        }
+    }
+
+    /// A `201` response with its documented headers.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CreateOrderResponse {
+        /// The response body.
+        pub body: Order,
+        /// The `X-Request-Cost` response header.
+        pub x_request_cost: Option<i64>,
+    }
+
+    /// A `503` response with its documented headers.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CreateOrderErrorServiceUnavailable {
+        /// The `Retry-After` response header.
+        pub retry_after: Option<i64>,
+    }
+
+    /// A `429` response with its documented headers.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CreateOrderErrorTooManyRequests {
+        /// The `Retry-After` response header.
+        pub retry_after: Option<i64>,
+    }
+
+    /// The documented error responses.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum CreateOrderError {
+        /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
+        ServiceUnavailable(CreateOrderErrorServiceUnavailable),
+        /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
+        GatewayTimeout,
+        /// `400`: Invalid order.
+        BadRequest(Problem),
+        /// `409`: The key is in use, or was used with another request.
+        Conflict(Problem),
+        /// `422`: The key is in use, or was used with another request.
+        UnprocessableEntity(Problem),
+        /// `429`: Too many requests.
+        TooManyRequests(CreateOrderErrorTooManyRequests),
+    }
+
+    /// `POST /orders`: its retry class, key and policy.
+    #[cfg(feature = "orders")]
+    const OP_CREATE_ORDER: OperationSpec = OperationSpec {
+        operation: Operation::new("createOrder", RetryClass::Keyed),
+        key: KeyLocation::Header("Idempotency-Key"),
+        security: &["bearerAuth"],
+        retry: PolicyOverride::NONE,
+    };
+
+    #[cfg(feature = "orders")]
+    fn decode_create_order(
+        raw: &Raw,
+    ) -> Result<CreateOrderResponse, ApiError<CreateOrderError>> {
+        match raw.status() {
+            201 => {
+                Ok({
+                    let __body = raw.json()?;
+                    CreateOrderResponse {
+                        body: __body,
+                        x_request_cost: raw.header("X-Request-Cost"),
+                    }
+                })
+            }
+            503 => {
+                raw.error(
+                    CreateOrderError::ServiceUnavailable(CreateOrderErrorServiceUnavailable {
+                        retry_after: raw.header("Retry-After"),
+                    }),
+                )
+            }
+            504 => raw.error(CreateOrderError::GatewayTimeout),
+            400 => raw.error(CreateOrderError::BadRequest(raw.json()?)),
+            409 => raw.error(CreateOrderError::Conflict(raw.json()?)),
+            422 => raw.error(CreateOrderError::UnprocessableEntity(raw.json()?)),
+            429 => {
+                raw.error(
+                    CreateOrderError::TooManyRequests(CreateOrderErrorTooManyRequests {
+                        retry_after: raw.header("Retry-After"),
+                    }),
+                )
+            }
+            _ => raw.unexpected(),
+        }
+    }
+
+    /// Query, header and cookie parameters of [`OrdersClient::get`].
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq, Default)]
+    pub struct GetOrderParams {
+        /// `expand` (query parameter).
+        pub expand: Option<Vec<String>>,
+        /// `filter` (query parameter).
+        pub filter: Option<GetOrderFilter>,
+        /// `X-Trace` (header parameter).
+        pub x_trace: Option<String>,
+    }
+
+    /// A `404` response with its documented headers.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct GetOrderErrorNotFound {
+        /// The response body.
+        pub body: Problem,
+        /// The `X-Correlation-Id` response header.
+        pub x_correlation_id: Option<String>,
+    }
+
+    /// A `429` response with its documented headers.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct GetOrderErrorTooManyRequests {
+        /// The `Retry-After` response header.
+        pub retry_after: Option<i64>,
+    }
+
+    /// The documented error responses.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum GetOrderError {
+        /// `404`: No such order.
+        NotFound(GetOrderErrorNotFound),
+        /// `429`: Too many requests.
+        TooManyRequests(GetOrderErrorTooManyRequests),
+    }
+
+    /// `GET /orders/{id}`: its retry class, key and policy.
+    #[cfg(feature = "orders")]
+    const OP_GET_ORDER: OperationSpec = OperationSpec {
+        operation: Operation::new("getOrder", RetryClass::Safe)
+            .request_id_header("x-correlation-id"),
+        key: KeyLocation::None,
+        security: &["bearerAuth"],
+        retry: PolicyOverride::NONE,
+    };
+
+    #[cfg(feature = "orders")]
+    fn decode_get_order(raw: &Raw) -> Result<Order, ApiError<GetOrderError>> {
+        match raw.status() {
+            200 => Ok(raw.json()?),
+            404 => {
+                raw.error({
+                    let __body = raw.json()?;
+                    GetOrderError::NotFound(GetOrderErrorNotFound {
+                        body: __body,
+                        x_correlation_id: raw.header("X-Correlation-Id"),
+                    })
+                })
+            }
+            429 => {
+                raw.error(
+                    GetOrderError::TooManyRequests(GetOrderErrorTooManyRequests {
+                        retry_after: raw.header("Retry-After"),
+                    }),
+                )
+            }
+            _ => raw.unexpected(),
+        }
+    }
+
+    /// The operations on `/orders`, from [`Client::orders`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, Copy)]
+    pub struct OrdersClient<'a> {
+        client: &'a Client,
+    }
+
+    #[cfg(feature = "orders")]
+    impl<'a> OrdersClient<'a> {
+        /// Place an order.
+        ///
+        /// `POST /orders`
+        ///
+        /// Retry class `keyed`: the API requires an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
+        pub fn create(
+            &self,
+            body: &NewOrder,
+        ) -> Call<'a, CreateOrderResponse, CreateOrderError> {
+            let mut request = Request::new(Method::POST, String::from("/orders"));
+            request.json(body);
+            self.client.inner.call(&OP_CREATE_ORDER, request, decode_create_order)
+        }
+
+        /// Fetch one order.
+        ///
+        /// `GET /orders/{id}`
+        ///
+        /// Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).
+        pub fn get(
+            &self,
+            id: i64,
+            params: &GetOrderParams,
+        ) -> Call<'a, Order, GetOrderError> {
+            let mut request = Request::new(
+                Method::GET,
+                ["/orders/", &client::segment(&id)].concat(),
+            );
+            request.query("expand", &params.expand, Style::Form, true);
+            request.query("filter", &params.filter, Style::DeepObject, true);
+            request.header("X-Trace", &params.x_trace);
+            self.client.inner.call(&OP_GET_ORDER, request, decode_get_order)
+        }
+    }
+
+    /// `POST /refunds`: its retry class, key and policy.
+    #[cfg(feature = "refunds")]
+    const OP_CREATE_REFUND: OperationSpec = OperationSpec {
+        operation: Operation::new("createRefund", RetryClass::UnsafeDocumented)
+            .warning("Each call refunds again; list the order's refunds before retrying."),
+        key: KeyLocation::None,
+        security: &["bearerAuth"],
+        retry: PolicyOverride::NONE,
+    };
+
+    #[cfg(feature = "refunds")]
+    fn decode_create_refund(raw: &Raw) -> Result<Refund, ApiError<Infallible>> {
+        match raw.status() {
+            201 => Ok(raw.json()?),
+            _ => raw.unexpected(),
+        }
+    }
+
+    /// The operations on `/refunds`, from [`Client::refunds`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+    #[cfg(feature = "refunds")]
+    #[derive(Debug, Clone, Copy)]
+    pub struct RefundsClient<'a> {
+        client: &'a Client,
+    }
+
+    #[cfg(feature = "refunds")]
+    impl<'a> RefundsClient<'a> {
+        /// Refund an order.
+        ///
+        /// `POST /refunds`
+        ///
+        /// Retry class `unsafe-documented`: takes no idempotency key, so it is never re-sent once the request may have reached the server; an ambiguous failure ends as an unknown outcome (`RetryError::OutcomeUnknown`): check before calling again.
+        ///
+        /// Warning from the API: Each call refunds again; list the order's refunds before retrying.
+        pub fn create(&self, body: &Refund) -> Call<'a, Refund, Infallible> {
+            let mut request = Request::new(Method::POST, String::from("/refunds"));
+            request.json(body);
+            self.client.inner.call(&OP_CREATE_REFUND, request, decode_create_refund)
+        }
+    }
+
+    #[cfg(feature = "uploads")]
+    fn multipart_create_upload(body: &CreateUploadRequest) -> Multipart {
+        let mut parts = Multipart::new();
+        parts.field("name", &body.name);
+        parts.bytes("file", &body.file, None);
+        parts
+    }
+
+    /// A `503` response with its documented headers.
+    #[cfg(feature = "uploads")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CreateUploadErrorServiceUnavailable {
+        /// The `Retry-After` response header.
+        pub retry_after: Option<i64>,
+    }
+
+    /// The documented error responses.
+    #[cfg(feature = "uploads")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum CreateUploadError {
+        /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
+        BadRequest,
+        /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
+        ServiceUnavailable(CreateUploadErrorServiceUnavailable),
+        /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
+        GatewayTimeout,
+        /// `409`: The key is in use, or was used with another request.
+        Conflict(Problem),
+        /// `422`: The key is in use, or was used with another request.
+        UnprocessableEntity(Problem),
+    }
+
+    /// `POST /uploads`: its retry class, key and policy.
+    #[cfg(feature = "uploads")]
+    const OP_CREATE_UPLOAD: OperationSpec = OperationSpec {
+        operation: Operation::new("createUpload", RetryClass::Keyed),
+        key: KeyLocation::Header("Idempotency-Key"),
+        security: &["bearerAuth"],
+        retry: PolicyOverride::NONE,
+    };
+
+    #[cfg(feature = "uploads")]
+    fn decode_create_upload(raw: &Raw) -> Result<Upload, ApiError<CreateUploadError>> {
+        match raw.status() {
+            201 => Ok(raw.json()?),
+            400 => raw.error(CreateUploadError::BadRequest),
+            503 => {
+                raw.error(
+                    CreateUploadError::ServiceUnavailable(CreateUploadErrorServiceUnavailable {
+                        retry_after: raw.header("Retry-After"),
+                    }),
+                )
+            }
+            504 => raw.error(CreateUploadError::GatewayTimeout),
+            409 => raw.error(CreateUploadError::Conflict(raw.json()?)),
+            422 => raw.error(CreateUploadError::UnprocessableEntity(raw.json()?)),
+            _ => raw.unexpected(),
+        }
+    }
+
+    /// The operations on `/uploads`, from [`Client::uploads`]. A borrow of the client: cheap to make, and calls through it share the client's pool and retry budget.
+    #[cfg(feature = "uploads")]
+    #[derive(Debug, Clone, Copy)]
+    pub struct UploadsClient<'a> {
+        client: &'a Client,
+    }
+
+    #[cfg(feature = "uploads")]
+    impl<'a> UploadsClient<'a> {
+        /// Upload a file.
+        ///
+        /// `POST /uploads`
+        ///
+        /// Retry class `keyed`: the API accepts an idempotency key in the `Idempotency-Key` header. One is minted per call and sent unchanged on every attempt; pass your own with `.idempotency_key(…)` (derive it from an identifier you hold, so a later retry of the same operation reuses it).
+        pub fn create(
+            &self,
+            body: &CreateUploadRequest,
+        ) -> Call<'a, Upload, CreateUploadError> {
+            let mut request = Request::new(Method::POST, String::from("/uploads"));
+            request.multipart(multipart_create_upload(body));
+            self.client.inner.call(&OP_CREATE_UPLOAD, request, decode_create_upload)
+        }
     }
 }

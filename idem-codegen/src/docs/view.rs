@@ -409,12 +409,7 @@ impl DocsView {
     }
 }
 
-fn resumed(
-    base: &str,
-    op: &Operation,
-    root: &model::KeySettings,
-    retry: &RetryPolicy,
-) -> Resumed {
+fn resumed(base: &str, op: &Operation, root: &model::KeySettings, retry: &RetryPolicy) -> Resumed {
     let r = &op.settings.resume;
     Resumed {
         endpoint: endpoint(base, op, text::anchor(&op.name), root, retry),

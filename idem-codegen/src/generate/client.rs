@@ -118,33 +118,33 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
         pub const DEFAULT_BASE_URL: &str = #base;
 
         #[doc = " The document's `x-retry` defaults: attempts, backoff, deadline and retry budget."]
-        pub const RETRY_DEFAULTS: ::idem_runtime::client::support::Defaults = #defaults;
+        pub const RETRY_DEFAULTS: ::idem_runtime::rt::client::Defaults = #defaults;
 
         #client_doc
         #[derive(Debug, Clone)]
         pub struct Client {
-            inner: ::idem_runtime::client::support::ApiClient,
+            inner: ::idem_runtime::rt::client::ApiClient,
         }
 
         impl Client {
             /// A client for the API at `base_url`, with the spec's retry defaults.
-            pub fn new(base_url: &str) -> ::std::result::Result<Self, ::idem_runtime::client::support::InvalidBaseUrl> {
-                Self::with_http(base_url, ::idem_runtime::reqwest::Client::new())
+            pub fn new(base_url: &str) -> ::std::result::Result<Self, ::idem_runtime::rt::client::InvalidBaseUrl> {
+                Self::with_http(base_url, ::idem_runtime::rt::client::reqwest::Client::new())
             }
 
             /// Like [`Client::new`], over a reqwest client you configured.
-            pub fn with_http(base_url: &str, http: ::idem_runtime::reqwest::Client) -> ::std::result::Result<Self, ::idem_runtime::client::support::InvalidBaseUrl> {
+            pub fn with_http(base_url: &str, http: ::idem_runtime::rt::client::reqwest::Client) -> ::std::result::Result<Self, ::idem_runtime::rt::client::InvalidBaseUrl> {
                 Self::with_retry_client(base_url, RETRY_DEFAULTS.retry_client(http))
             }
 
             /// Like [`Client::new`], over a retry client you configured (its
             /// policy, budget, breaker, clock).
-            pub fn with_retry_client(base_url: &str, retry: ::idem_runtime::client::RetryClient) -> ::std::result::Result<Self, ::idem_runtime::client::support::InvalidBaseUrl> {
-                ::std::result::Result::Ok(Self { inner: ::idem_runtime::client::support::ApiClient::new(base_url, retry)? })
+            pub fn with_retry_client(base_url: &str, retry: ::idem_runtime::rt::client::RetryClient) -> ::std::result::Result<Self, ::idem_runtime::rt::client::InvalidBaseUrl> {
+                ::std::result::Result::Ok(Self { inner: ::idem_runtime::rt::client::ApiClient::new(base_url, retry)? })
             }
 
             /// The retry client every call goes through (its metrics, budget, policy).
-            pub fn retry_client(&self) -> &::idem_runtime::client::RetryClient {
+            pub fn retry_client(&self) -> &::idem_runtime::rt::client::RetryClient {
                 self.inner.retry_client()
             }
 
@@ -162,7 +162,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
         /// the key a keyed call sends, and the errors calls and pages return.
         #[allow(unused_imports, reason = "re-exported for callers: a binary that includes the API may name none of them")]
         pub mod prelude {
-            pub use ::idem_runtime::client::{ApiError, IdempotencyKey, PageError, Resume, StreamExt as _};
+            pub use ::idem_runtime::rt::client::{ApiError, IdempotencyKey, PageError, Resume, StreamExt as _};
         }
 
         #(#items)*
@@ -285,16 +285,14 @@ fn credential_setter(scheme: &crate::model::SecurityScheme, setter: &str) -> Tok
             doc.push_str(" (`Authorization: Bearer …`).");
             (
                 quote!(token: impl ::std::convert::Into<::std::string::String>),
-                quote!(::idem_runtime::client::support::Credential::Bearer(
-                    token.into()
-                )),
+                quote!(::idem_runtime::rt::client::Credential::Bearer(token.into())),
             )
         }
         SecurityKind::Basic => {
             doc.push_str(" (HTTP basic).");
             (
                 quote!(user: impl ::std::convert::Into<::std::string::String>, password: impl ::std::convert::Into<::std::string::String>),
-                quote!(::idem_runtime::client::support::Credential::Basic {
+                quote!(::idem_runtime::rt::client::Credential::Basic {
                     user: user.into(),
                     password: password.into()
                 }),
@@ -312,16 +310,14 @@ fn credential_setter(scheme: &crate::model::SecurityScheme, setter: &str) -> Tok
             };
             (
                 quote!(key: impl ::std::convert::Into<::std::string::String>),
-                quote!(::idem_runtime::client::support::Credential::#variant { name: #parameter, value: key.into() }),
+                quote!(::idem_runtime::rt::client::Credential::#variant { name: #parameter, value: key.into() }),
             )
         }
         SecurityKind::Other(kind) => {
             doc.push_str(&format!(" ({kind}): sent as a bearer token."));
             (
                 quote!(token: impl ::std::convert::Into<::std::string::String>),
-                quote!(::idem_runtime::client::support::Credential::Bearer(
-                    token.into()
-                )),
+                quote!(::idem_runtime::rt::client::Credential::Bearer(token.into())),
             )
         }
     };
@@ -353,13 +349,13 @@ fn defaults(policy: &RetryPolicy) -> TokenStream {
         number(b.success_refund),
     );
     quote! {
-        ::idem_runtime::client::support::Defaults {
+        ::idem_runtime::rt::client::Defaults {
             max_attempts: #attempts,
             base: ::std::time::Duration::from_millis(#base),
             cap: ::std::time::Duration::from_millis(#cap),
             decorrelated: #decorrelated,
             deadline: ::std::time::Duration::from_millis(#deadline),
-            budget: ::idem_runtime::client::BudgetConfig {
+            budget: ::idem_runtime::rt::client::BudgetConfig {
                 capacity: #capacity,
                 transient_cost: #transient,
                 throttle_cost: #throttle,
@@ -423,7 +419,7 @@ fn operation(
             let setter = naming::prefixed("body", helper);
             let check = space.defer(body_sites, quote!(request.check(v);));
             items.push(quote! {
-                fn #setter(request: &mut ::idem_runtime::client::support::Request, body: &#ty) {
+                fn #setter(request: &mut ::idem_runtime::rt::client::Request, body: &#ty) {
                     #body_set
                     #check
                 }
@@ -487,13 +483,13 @@ fn operation(
         &mut method_doc,
     );
     let call_ty = match (body_ty, mode) {
-        (None, None) => quote!(::idem_runtime::client::support::Call<'a, #ok_tokens, #err_tokens>),
+        (None, None) => quote!(::idem_runtime::rt::client::Call<'a, #ok_tokens, #err_tokens>),
         (Some(ty), None) => {
-            quote!(::idem_runtime::client::support::Call<'a, #ok_tokens, #err_tokens, #ty>)
+            quote!(::idem_runtime::rt::client::Call<'a, #ok_tokens, #err_tokens, #ty>)
         }
         (body, Some(mode)) => {
-            let body = body.unwrap_or_else(|| quote!(::idem_runtime::client::support::NoBody));
-            quote!(::idem_runtime::client::support::Call<'a, #ok_tokens, #err_tokens, #body, #mode>)
+            let body = body.unwrap_or_else(|| quote!(::idem_runtime::rt::client::NoBody));
+            quote!(::idem_runtime::rt::client::Call<'a, #ok_tokens, #err_tokens, #body, #mode>)
         }
     };
     let method_doc = doc_attrs(&method_doc);
@@ -501,7 +497,7 @@ fn operation(
         #method_doc
         #deprecated
         pub fn #method_ident(&self, #(#args),*) -> #call_ty {
-            #request_binding = ::idem_runtime::client::support::Request::new(::idem_runtime::http::Method::#http_method, #path_expr);
+            #request_binding = ::idem_runtime::rt::client::Request::new(::idem_runtime::rt::http::Method::#http_method, #path_expr);
             #(#sets)*
             #body_set
             #validate
@@ -561,7 +557,7 @@ fn call_mode(
              one at a time, typed; `.send()` reads the JSON answer.",
         );
         (
-            Some(quote!(::idem_runtime::client::Events<#event>)),
+            Some(quote!(::idem_runtime::rt::client::Events<#event>)),
             quote!(#start.events::<#event>()),
         )
     } else if let Some(paging) = &paging {
@@ -580,7 +576,7 @@ fn call_mode(
         );
         items.push(quote! {
             #[doc = #spec_doc]
-            const #pages: ::idem_runtime::client::PageSpec = #spec;
+            const #pages: ::idem_runtime::rt::client::PageSpec = #spec;
         });
         method_doc.push_str(&format!(
             "\n\nThe list pages: `.paginate()` yields every item, fetching each page when \
@@ -588,7 +584,7 @@ fn call_mode(
             paging.describe()
         ));
         (
-            Some(quote!(::idem_runtime::client::Paged<#item>)),
+            Some(quote!(::idem_runtime::rt::client::Paged<#item>)),
             quote!(#start.paged::<#item>(&#pages)),
         )
     } else {
@@ -650,7 +646,7 @@ fn path_parts(
             None => quote!(&str),
         };
         args.push(quote!(#arg: #ty));
-        pieces.push(quote!(&::idem_runtime::client::support::segment(&#arg)));
+        pieces.push(quote!(&::idem_runtime::rt::client::segment(&#arg)));
         rest = &rest[close + 1..];
     }
     let literal = pieces.is_empty();
@@ -739,7 +735,7 @@ fn params_struct(
         let set = match p.location.as_str() {
             "query" => {
                 let (style, explode) = query_style(p.style.as_deref(), p.explode);
-                quote!(request.query(#wire, &params.#field, ::idem_runtime::client::support::Style::#style, #explode);)
+                quote!(request.query(#wire, &params.#field, ::idem_runtime::rt::client::Style::#style, #explode);)
             }
             "header" => quote!(request.header(#wire, &params.#field);),
             _ => quote!(request.cookie(#wire, &params.#field);),
@@ -805,16 +801,16 @@ fn spec_items(
     let request_id = declared_request_id(op).map(|name| quote!(.request_id_header(#name)));
     let key = match (&op.key.requirement, &op.key.source) {
         (KeyRequirement::None, _) | (_, None) => {
-            quote!(::idem_runtime::client::support::KeyLocation::None)
+            quote!(::idem_runtime::rt::client::KeyLocation::None)
         }
         (_, Some(KeySource::Header { name, .. })) => {
-            quote!(::idem_runtime::client::support::KeyLocation::Header(#name))
+            quote!(::idem_runtime::rt::client::KeyLocation::Header(#name))
         }
         (_, Some(KeySource::Body { field })) => {
-            quote!(::idem_runtime::client::support::KeyLocation::Body(#field))
+            quote!(::idem_runtime::rt::client::KeyLocation::Body(#field))
         }
         (_, Some(KeySource::Query { name, .. })) => {
-            quote!(::idem_runtime::client::support::KeyLocation::Query(#name))
+            quote!(::idem_runtime::rt::client::KeyLocation::Query(#name))
         }
     };
     let security: Vec<String> = op
@@ -832,14 +828,14 @@ fn spec_items(
     );
     quote! {
         #[doc = #spec_doc]
-        const #konst: ::idem_runtime::client::support::OperationSpec = ::idem_runtime::client::support::OperationSpec {
-            operation: ::idem_runtime::client::Operation::new(#op_name, ::idem_runtime::client::RetryClass::#class) #warning #request_id,
+        const #konst: ::idem_runtime::rt::client::OperationSpec = ::idem_runtime::rt::client::OperationSpec {
+            operation: ::idem_runtime::rt::client::Operation::new(#op_name, ::idem_runtime::rt::client::RetryClass::#class) #warning #request_id,
             key: #key,
             security: &[#(#security),*],
             retry: #retry,
         };
 
-        fn #decoder(raw: &::idem_runtime::client::support::Raw) -> ::std::result::Result<#ok_tokens, ::idem_runtime::client::support::ApiError<#err_tokens>> {
+        fn #decoder(raw: &::idem_runtime::rt::client::Raw) -> ::std::result::Result<#ok_tokens, ::idem_runtime::rt::client::ApiError<#err_tokens>> {
             #decode_body
         }
     }
@@ -902,7 +898,7 @@ pub(super) fn query_style(
 
 fn policy_override(op: &RetryPolicy, root: &RetryPolicy) -> TokenStream {
     if op == root {
-        return quote!(::idem_runtime::client::support::PolicyOverride::NONE);
+        return quote!(::idem_runtime::rt::client::PolicyOverride::NONE);
     }
     let opt_u32 = |v: Option<u32>| match v {
         Some(v) => {
@@ -929,7 +925,7 @@ fn policy_override(op: &RetryPolicy, root: &RetryPolicy) -> TokenStream {
         quote!(::std::option::Option::Some((::std::time::Duration::from_millis(#base), ::std::time::Duration::from_millis(#cap), #decorrelated)))
     };
     quote! {
-        ::idem_runtime::client::support::PolicyOverride {
+        ::idem_runtime::rt::client::PolicyOverride {
             max_attempts: #attempts,
             deadline: #deadline,
             p99: #p99,

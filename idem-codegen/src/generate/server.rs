@@ -107,7 +107,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             let max = proc_macro2::Literal::usize_unsuffixed(max.value as usize);
             quote!(#max)
         }
-        None => quote!(::idem_runtime::protocol::DEFAULT_MAX_IN_FLIGHT),
+        None => quote!(::idem_runtime::rt::server::DEFAULT_MAX_IN_FLIGHT),
     };
     // A spec with no operations leaves the router's arguments unused.
     let (routes_binding, api_arg, arc) = if route_stmts.is_empty() {
@@ -148,7 +148,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
          stored response, or not at all. Generic over the store: SQLite (`sqlx::Sqlite`) \
          embedded, PostgreSQL (`sqlx::Postgres`) or MariaDB (`sqlx::MySql`) in production.\n\n\
          Each method answers `Ok` with one of its documented replies, or `Err` with a \
-         [`Fault`](::idem_runtime::server::Fault): `?` on a database error gives one, and it \
+         [`Fault`](::idem_runtime::rt::server::Fault): `?` on a database error gives one, and it \
          is answered `503` with `Retry-After`, retryable and never recorded, so a connection \
          that dies mid-operation is never a caller's final answer."
     ));
@@ -172,7 +172,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
         /// limit (`x-admission.max-in-flight`) get `503 overloaded` at once.
         /// Start the completer and the reaper once with
         /// `idem.spawn_background_jobs(every)`.
-        pub fn router<DB, A>(api: A, idem: &#rt::Idempotency<DB>) -> ::std::result::Result<::idem_runtime::axum::Router, #rt::ConfigError>
+        pub fn router<DB, A>(api: A, idem: &#rt::Idempotency<DB>) -> ::std::result::Result<::idem_runtime::rt::server::axum::Router, #rt::ConfigError>
         where
             DB: #rt::Backend,
             A: Api<DB>,
@@ -183,21 +183,21 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
         /// Like [`router`], with the operations under `prefix` instead of
         /// [`BASE_PATH`]: `""` serves them at the root, behind a proxy that
         /// strips the base path before it forwards.
-        pub fn router_at<DB, A>(prefix: &str, #api_arg: A, #idem_arg: &#rt::Idempotency<DB>) -> ::std::result::Result<::idem_runtime::axum::Router, #rt::ConfigError>
+        pub fn router_at<DB, A>(prefix: &str, #api_arg: A, #idem_arg: &#rt::Idempotency<DB>) -> ::std::result::Result<::idem_runtime::rt::server::axum::Router, #rt::ConfigError>
         where
             DB: #rt::Backend,
             A: Api<DB>,
         {
             #arc
-            #routes_binding = ::idem_runtime::axum::Router::new();
+            #routes_binding = ::idem_runtime::rt::server::axum::Router::new();
             #(#route_stmts)*
-            let router = #rt::support::mount(prefix, router);
+            let router = #rt::mount(prefix, router);
             #status
             let router = router
-                .fallback(#rt::support::not_found)
-                .method_not_allowed_fallback(#rt::support::method_not_allowed)
-                .layer(#rt::support::Deadlines);
-            ::std::result::Result::Ok(#rt::support::admit(router, #max_in_flight))
+                .fallback(#rt::not_found)
+                .method_not_allowed_fallback(#rt::method_not_allowed)
+                .layer(#rt::Deadlines);
+            ::std::result::Result::Ok(#rt::admit(router, #max_in_flight))
         }
 
         #(#items)*
@@ -268,13 +268,13 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
         .then(|| media_check(op))
         .flatten()
         .map(|(required, accepted)| {
-            quote!(#rt::support::media_type(inbound.parts(), inbound.has_body(), #required, &[#(#accepted),*])?;)
+            quote!(#rt::media_type(inbound.parts(), inbound.has_body(), #required, &[#(#accepted),*])?;)
         });
     let accept = acceptable_check(op)
-        .map(|offered| quote!(#rt::support::acceptable(inbound.parts(), &[#(#offered),*])?;));
+        .map(|offered| quote!(#rt::acceptable(inbound.parts(), &[#(#offered),*])?;));
     let validate = space.defer(
         sites,
-        quote!(v.finish().map_err(|e| #rt::support::Rejection::violations(&e))?;),
+        quote!(v.finish().map_err(|e| #rt::Rejection::violations(&e))?;),
     );
     let input_ident =
         (!fields.is_empty()).then(|| ident(&space.namer.unique(&format!("{camel}Input"))));
@@ -305,14 +305,14 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     // Before the claim: a refusal records nothing without being marked so.
     let read_input_unclaimed = read_input(input_pass.is_some().then_some(&reader));
     let http_method = format_ident!("{}", op.method.as_str().to_ascii_lowercase());
-    let routing = quote!(::idem_runtime::axum::routing);
+    let routing = quote!(::idem_runtime::rt::server::axum::routing);
     let mut accepted = false;
     let (trait_method, route) = match wiring {
         Wiring::Plain => (
             quote! {
                 #doc
                 #deprecated
-                fn #method_ident(&self, cx: #rt::support::Context #(, #input_arg_list)*) -> impl ::std::future::Future<Output = ::std::result::Result<#reply_ident, #rt::Fault>> + ::std::marker::Send;
+                fn #method_ident(&self, cx: #rt::Context #(, #input_arg_list)*) -> impl ::std::future::Future<Output = ::std::result::Result<#reply_ident, #rt::Fault>> + ::std::marker::Send;
             },
             plain_route(
                 op,
@@ -329,7 +329,7 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                 quote! {
                     #doc
                     #deprecated
-                    fn #method_ident(&self, cx: #rt::support::Context, tx: #rt::IdemTx<DB> #(, #input_arg_list)*) -> impl ::std::future::Future<Output = ::std::result::Result<#reply_ident, #rt::Fault>> + ::std::marker::Send;
+                    fn #method_ident(&self, cx: #rt::Context, tx: #rt::IdemTx<DB> #(, #input_arg_list)*) -> impl ::std::future::Future<Output = ::std::result::Result<#reply_ident, #rt::Fault>> + ::std::marker::Send;
                 },
                 keyed_route(&KeyedRoute {
                     name: op.stable_name(),
@@ -402,7 +402,7 @@ fn admitted(op: &Operation, route: TokenStream) -> TokenStream {
         Some(max) => {
             let max = proc_macro2::Literal::usize_unsuffixed(max.value as usize);
             let name = op.stable_name();
-            quote!(#rt::support::admit_route(#route, #max, #name))
+            quote!(#rt::admit_route(#route, #max, #name))
         }
         None => route,
     }
@@ -419,15 +419,15 @@ fn plain_route(
     upload: bool,
 ) -> TokenStream {
     let rt = rt();
-    let routing = quote!(::idem_runtime::axum::routing);
+    let routing = quote!(::idem_runtime::rt::server::axum::routing);
     let template = &op.path;
     let args = reader.map(|_| quote!(, input));
     // An upload is capped by the policy's `max_request_body` (it is read
     // as it arrives); other bodies, read whole, by the default cap.
     let read = if upload {
-        quote!(#rt::support::Inbound::read_upload(request, #template, limit))
+        quote!(#rt::Inbound::read_upload(request, #template, limit))
     } else {
-        quote!(#rt::support::Inbound::read(request, #template, #rt::support::DEFAULT_BODY_LIMIT).await)
+        quote!(#rt::Inbound::read(request, #template, #rt::DEFAULT_BODY_LIMIT).await)
     };
     let limit = upload.then(|| quote!(let limit = idem.policy().max_request_body_bytes();));
     let read_input = match reader {
@@ -464,8 +464,8 @@ fn plain_route(
         let api = ::std::sync::Arc::clone(&api);
         #scope_clone
         #limit
-        #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| #rt::observed(#name, async move {
-            use ::idem_runtime::axum::response::IntoResponse as _;
+        #routing::#http_method(move |request: ::idem_runtime::rt::server::axum::extract::Request| #rt::observed(#name, async move {
+            use ::idem_runtime::rt::server::axum::response::IntoResponse as _;
             let inbound = match #read {
                 ::std::result::Result::Ok(inbound) => inbound,
                 ::std::result::Result::Err(rejection) => return rejection.into_response(),
@@ -498,7 +498,7 @@ struct KeyedRoute<'r> {
 /// stored as the claim finishes.
 fn keyed_route(r: &KeyedRoute<'_>) -> TokenStream {
     let rt = rt();
-    let routing = quote!(::idem_runtime::axum::routing);
+    let routing = quote!(::idem_runtime::rt::server::axum::routing);
     let KeyedRoute {
         name,
         template,
@@ -518,8 +518,8 @@ fn keyed_route(r: &KeyedRoute<'_>) -> TokenStream {
     quote! {{
         let api = ::std::sync::Arc::clone(&api);
         let idem = idem #scoped .with_policy(#policy)?;
-        #routing::#http_method(move |request: ::idem_runtime::axum::extract::Request| #rt::observed(#name, async move {
-            use ::idem_runtime::axum::response::IntoResponse as _;
+        #routing::#http_method(move |request: ::idem_runtime::rt::server::axum::extract::Request| #rt::observed(#name, async move {
+            use ::idem_runtime::rt::server::axum::response::IntoResponse as _;
             let keyed = match idem.#read(request, #template).await {
                 ::std::result::Result::Ok(keyed) => keyed,
                 ::std::result::Result::Err(refusal) => return refusal,
@@ -533,7 +533,7 @@ fn keyed_route(r: &KeyedRoute<'_>) -> TokenStream {
             };
             // Clients called inside derive their keys from this one.
             let keyed = cx.clone();
-            let reply = #rt::support::keyed(&keyed, api.#method(cx, tx #args)).await.into_response();
+            let reply = #rt::keyed(&keyed, api.#method(cx, tx #args)).await.into_response();
             claimed.finish(reply).await
         }))
     }}
@@ -583,7 +583,7 @@ fn input_items(
             #(#decls)*
         }
 
-        async fn #reader(inbound: &#rt::support::Inbound) -> ::std::result::Result<#input, #rt::support::Rejection> {
+        async fn #reader(inbound: &#rt::Inbound) -> ::std::result::Result<#input, #rt::Rejection> {
             #media
             #accept
             let input = #input {
@@ -664,7 +664,7 @@ fn parameter_field(
         "path" => quote!(inbound.path::<#tokens>(#wire)?),
         "query" => {
             let (style, explode) = query_style(p.style.as_deref(), p.explode);
-            quote!(inbound.query::<#tokens>(#wire, #rt::support::Style::#style, #explode)?)
+            quote!(inbound.query::<#tokens>(#wire, #rt::Style::#style, #explode)?)
         }
         "header" => quote!(inbound.header::<#tokens>(#wire)?),
         _ => quote!(inbound.cookie::<#tokens>(#wire)?),
@@ -676,7 +676,7 @@ fn parameter_field(
     } else {
         (
             tokens,
-            quote!(#read.ok_or_else(|| #rt::support::Rejection::missing(#label))?),
+            quote!(#read.ok_or_else(|| #rt::Rejection::missing(#label))?),
         )
     };
     let mut doc = p.description.clone().unwrap_or_default();

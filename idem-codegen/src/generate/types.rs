@@ -30,7 +30,7 @@ pub(crate) use defs::{
     Body, CLOSED_OBJECT, Checks, Field, OBJECT, ONE_OF, STRING_ENUM, Ty, TypeDef, Variant,
 };
 
-pub(crate) use render::wrap_macros;
+pub(crate) use render::{MACROS, wrap_macros};
 use settle::{body_reaches, reached};
 
 /// Every type of one generated API.

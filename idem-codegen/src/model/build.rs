@@ -1057,29 +1057,6 @@ fn speakeasy(node: &Node) -> RetryExt {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn derived_names() {
-        assert_eq!(
-            derived_name(Method::Post, "/v2/orders/{id}/notes"),
-            "post_v2_orders_by_id_notes"
-        );
-        assert_eq!(derived_name(Method::Get, "/"), "get");
-        assert_eq!(derived_name(Method::Delete, "/a-b.c"), "delete_a_b_c");
-    }
-
-    #[test]
-    fn key_names() {
-        assert!(is_key_name("idempotency_key"));
-        assert!(is_key_name("Idempotency-Key"));
-        assert!(is_key_name("IdempotencyKey"));
-        assert!(!is_key_name("key"));
-    }
-}
-
 /// Every `{name}` of the path template that no path parameter declares,
 /// added as a required string located at the path: what a server must
 /// capture and a client must send, whether or not the spec says so
@@ -1115,5 +1092,28 @@ fn add_undeclared_path_parameters(op: &mut Operation, at: Pos) {
             deprecated: false,
             declared: false,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_names() {
+        assert_eq!(
+            derived_name(Method::Post, "/v2/orders/{id}/notes"),
+            "post_v2_orders_by_id_notes"
+        );
+        assert_eq!(derived_name(Method::Get, "/"), "get");
+        assert_eq!(derived_name(Method::Delete, "/a-b.c"), "delete_a_b_c");
+    }
+
+    #[test]
+    fn key_names() {
+        assert!(is_key_name("idempotency_key"));
+        assert!(is_key_name("Idempotency-Key"));
+        assert!(is_key_name("IdempotencyKey"));
+        assert!(!is_key_name("key"));
     }
 }

@@ -59,7 +59,9 @@ impl staybright::Api<Sqlite> for Hotel {
         input: staybright::CreateReservationInput,
     ) -> Result<staybright::CreateReservationReply, Fault> {
         *self.0.booked.lock().unwrap() += 1;
-        Ok(staybright::CreateReservationReply::Created(reservation(input.body)))
+        Ok(staybright::CreateReservationReply::Created(reservation(
+            input.body,
+        )))
     }
 
     async fn get_reservation(
@@ -67,10 +69,12 @@ impl staybright::Api<Sqlite> for Hotel {
         _cx: Context,
         input: staybright::GetReservationInput,
     ) -> Result<staybright::GetReservationReply, Fault> {
-        Ok(staybright::GetReservationReply::NotFound(staybright::ErrorBody {
-            code: "not_found".into(),
-            message: format!("no reservation {}", input.reservation_id),
-        }))
+        Ok(staybright::GetReservationReply::NotFound(
+            staybright::ErrorBody {
+                code: "not_found".into(),
+                message: format!("no reservation {}", input.reservation_id),
+            },
+        ))
     }
 
     async fn update_reservation(
@@ -78,7 +82,9 @@ impl staybright::Api<Sqlite> for Hotel {
         _cx: Context,
         input: staybright::UpdateReservationInput,
     ) -> Result<staybright::UpdateReservationReply, Fault> {
-        Ok(staybright::UpdateReservationReply::Ok(reservation(input.body)))
+        Ok(staybright::UpdateReservationReply::Ok(reservation(
+            input.body,
+        )))
     }
 
     async fn add_loyalty_points(

@@ -57,9 +57,9 @@ pub(super) fn request_body(
         let set = match body.media.first().map(|m| encoding_of(&m.media_type)) {
             _ if optional => TokenStream::new(),
             Some(Encoding::Form) => {
-                quote!(request.form(&::idem_runtime::serde_json::Map::new(), &[]);)
+                quote!(request.form(&::idem_runtime::rt::serde_json::Map::new(), &[]);)
             }
-            _ => quote!(request.json(&::idem_runtime::serde_json::Map::new());),
+            _ => quote!(request.json(&::idem_runtime::rt::serde_json::Map::new());),
         };
         return (BodyArg::None, set, Vec::new(), Vec::new());
     }
@@ -222,8 +222,8 @@ fn multipart_fn(space: &TypeSpace<'_>, ty: &Ty, name: &proc_macro2::Ident) -> To
         None => vec![quote!(parts.field("body", body);)],
     };
     quote! {
-        fn #name(body: &#tokens) -> ::idem_runtime::client::support::Multipart {
-            let mut parts = ::idem_runtime::client::support::Multipart::new();
+        fn #name(body: &#tokens) -> ::idem_runtime::rt::client::Multipart {
+            let mut parts = ::idem_runtime::rt::client::Multipart::new();
             #(#parts)*
             parts
         }

@@ -67,28 +67,28 @@ impl Paging {
         let items = &self.items;
         let next = match &self.next {
             Next::AfterLast { more, id, param } => {
-                quote!(::idem_runtime::client::NextPage::AfterLastItem { more: #more, id: #id, param: #param })
+                quote!(::idem_runtime::rt::client::NextPage::AfterLastItem { more: #more, id: #id, param: #param })
             }
             Next::Cursor { pointer, param } => {
-                quote!(::idem_runtime::client::NextPage::Cursor { pointer: #pointer, param: #param })
+                quote!(::idem_runtime::rt::client::NextPage::Cursor { pointer: #pointer, param: #param })
             }
-            Next::Link => quote!(::idem_runtime::client::NextPage::Link),
+            Next::Link => quote!(::idem_runtime::rt::client::NextPage::Link),
             Next::Offset { param, limit } => {
                 let limit = match limit {
                     Some(l) => quote!(::std::option::Option::Some(#l)),
                     None => quote!(::std::option::Option::None),
                 };
-                quote!(::idem_runtime::client::NextPage::Offset { param: #param, limit: #limit })
+                quote!(::idem_runtime::rt::client::NextPage::Offset { param: #param, limit: #limit })
             }
             Next::Page { param, first, last } => {
                 let last = match last {
                     Some(l) => quote!(::std::option::Option::Some(#l)),
                     None => quote!(::std::option::Option::None),
                 };
-                quote!(::idem_runtime::client::NextPage::PageNumber { param: #param, first: #first, last: #last })
+                quote!(::idem_runtime::rt::client::NextPage::PageNumber { param: #param, first: #first, last: #last })
             }
         };
-        quote!(::idem_runtime::client::PageSpec { items: #items, next: #next })
+        quote!(::idem_runtime::rt::client::PageSpec { items: #items, next: #next })
     }
 
     /// How it pages, in words, for doc comments and the docs page.

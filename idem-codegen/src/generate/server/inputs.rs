@@ -154,7 +154,7 @@ pub(super) fn request_body(
         let value = quote! {
             match inbound.content_type().as_str() {
                 #(#arms)*
-                other => return ::std::result::Result::Err(#rt::support::Rejection::media_type(other, &[#(#accepted),*])),
+                other => return ::std::result::Result::Err(#rt::Rejection::media_type(other, &[#(#accepted),*])),
             }
         };
         (quote!(#enum_ident), value)
@@ -193,10 +193,10 @@ fn upload_field(op: &Operation, body: &crate::model::RequestBody) -> InputField 
     );
     let doc = doc_attrs(&doc);
     let (ty, read) = if body_required(op) {
-        (quote!(#rt::support::Upload), quote!(inbound.upload()))
+        (quote!(#rt::Upload), quote!(inbound.upload()))
     } else {
         (
-            quote!(::std::option::Option<#rt::support::Upload>),
+            quote!(::std::option::Option<#rt::Upload>),
             quote!(inbound.has_body().then(|| inbound.upload())),
         )
     };

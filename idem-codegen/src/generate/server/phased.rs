@@ -66,8 +66,8 @@ pub(super) fn phased(
     // no headers left to check.
     let validate = media_check(op).map(|(required, accepted)| {
         quote! {
-            fn validate(&self, parts: &::idem_runtime::http::request::Parts, body: &[u8]) -> ::std::result::Result<(), ::std::boxed::Box<#rt::Reply>> {
-                #rt::support::media_type(parts, !body.is_empty(), #required, &[#(#accepted),*])
+            fn validate(&self, parts: &::idem_runtime::rt::http::request::Parts, body: &[u8]) -> ::std::result::Result<(), ::std::boxed::Box<#rt::Reply>> {
+                #rt::media_type(parts, !body.is_empty(), #required, &[#(#accepted),*])
                     .map_err(|rejection| ::std::boxed::Box::new(rejection.into_reply()))
             }
         }
@@ -75,7 +75,7 @@ pub(super) fn phased(
     let (read, pass) = match input {
         Some(_) => (
             quote! {
-                let inbound = #rt::support::Inbound::stored(run.method(), run.path(), run.body(), #template)
+                let inbound = #rt::Inbound::stored(run.method(), run.path(), run.body(), #template)
                     .map_err(|r| #rt::StepError::Reject(::std::boxed::Box::new(r.into_reply())))?;
                 let input = #reader(&inbound)
                     .await
@@ -188,7 +188,7 @@ fn stage_item(
                 #doc
                 pub async fn #step_method<T, F, Fut>(self, call: F) -> ::std::result::Result<(T, #next_stage<'a, DB>), #rt::StepError>
                 where
-                    T: ::idem_runtime::serde::Serialize + ::idem_runtime::serde::de::DeserializeOwned,
+                    T: ::idem_runtime::rt::serde::Serialize + ::idem_runtime::rt::serde::de::DeserializeOwned,
                     F: ::std::ops::FnOnce(#rt::ForeignCall) -> Fut,
                     Fut: ::std::future::Future<Output = ::std::result::Result<T, #rt::PhaseError<#reply>>>,
                 {
@@ -238,7 +238,7 @@ fn stage_item(
             /// without running `f` again.
             pub async fn local<T, F>(&mut self, step: &str, f: F) -> ::std::result::Result<T, #rt::StepError>
             where
-                T: ::idem_runtime::serde::Serialize + ::idem_runtime::serde::de::DeserializeOwned,
+                T: ::idem_runtime::rt::serde::Serialize + ::idem_runtime::rt::serde::de::DeserializeOwned,
                 F: for<'t> ::std::ops::FnOnce(&'t mut DB::Connection) -> #rt::BoxFuture<'t, ::std::result::Result<T, #rt::StepError>>,
             {
                 self.run.local(step, f).await

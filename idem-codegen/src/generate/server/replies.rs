@@ -37,14 +37,14 @@ pub(super) fn reply_enum(
         let (exact, fallback, code) = status_code(&rt, &a.status);
         let doc = variant_doc(op, &a.status, exact.is_none(), fallback);
         let write = |value: TokenStream| match &a.body {
-            None => quote!(#rt::support::empty(#code)),
-            Some((_, Encoding::Text, media)) => quote!(#rt::support::text(#code, #media, #value)),
-            Some((_, Encoding::Bytes, media)) => quote!(#rt::support::bytes(#code, #media, #value)),
-            Some((_, _, media)) => quote!(#rt::support::json(#code, #media, &#value)),
+            None => quote!(#rt::empty(#code)),
+            Some((_, Encoding::Text, media)) => quote!(#rt::text(#code, #media, #value)),
+            Some((_, Encoding::Bytes, media)) => quote!(#rt::bytes(#code, #media, #value)),
+            Some((_, _, media)) => quote!(#rt::json(#code, #media, &#value)),
         };
         let status_field = exact
             .is_none()
-            .then(|| quote!(::idem_runtime::http::StatusCode));
+            .then(|| quote!(::idem_runtime::rt::http::StatusCode));
         if a.headers.is_empty() {
             let payload = a.body.as_ref().map(|(ty, _, _)| space.tokens(ty));
             let reply = write(quote!(body));
@@ -75,9 +75,7 @@ pub(super) fn reply_enum(
                 let t = space.tokens(ty);
                 let doc = format!(" The `{wire}` response header.");
                 fields.push(quote!(#[doc = #doc] pub #field: ::std::option::Option<#t>,));
-                sets.push(
-                    quote!(reply = #rt::support::header(reply, #wire, answer.#field.as_ref());),
-                );
+                sets.push(quote!(reply = #rt::header(reply, #wire, answer.#field.as_ref());));
             }
             let doc_struct = format!(" A `{}` answer with its documented headers.", a.status);
             items.push(quote! {
@@ -132,9 +130,9 @@ pub(super) fn reply_enum(
             }
         }
 
-        impl ::idem_runtime::axum::response::IntoResponse for #reply_ident {
-            fn into_response(self) -> ::idem_runtime::axum::response::Response {
-                ::idem_runtime::axum::response::IntoResponse::into_response(self.into_reply())
+        impl ::idem_runtime::rt::server::axum::response::IntoResponse for #reply_ident {
+            fn into_response(self) -> ::idem_runtime::rt::server::axum::response::Response {
+                ::idem_runtime::rt::server::axum::response::IntoResponse::into_response(self.into_reply())
             }
         }
     }
@@ -199,7 +197,7 @@ fn status_code(rt: &TokenStream, status: &str) -> (Option<u16>, u16, TokenStream
             proc_macro2::Literal::u16_unsuffixed(high),
             proc_macro2::Literal::u16_unsuffixed(fallback),
         );
-        quote!(#rt::support::status_in(status, #l, #h, #f))
+        quote!(#rt::status_in(status, #l, #h, #f))
     };
     (exact, fallback, code)
 }

@@ -5,7 +5,7 @@ use proc_macro2::TokenStream;
 
 use crate::model::{Operation, RetryClass};
 
-pub(super) const RT: &str = "::idem_runtime::server";
+pub(super) const RT: &str = "::idem_runtime::rt::server";
 
 pub(super) fn rt() -> TokenStream {
     RT.parse().unwrap_or_default()

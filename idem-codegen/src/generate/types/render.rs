@@ -6,18 +6,22 @@ use quote::{format_ident, quote};
 
 use super::*;
 
+/// The runtime macros [`wrap_macros`] writes, each with its marker: a
+/// module that holds a marker imports the macro.
+pub(crate) const MACROS: [(&str, &str); 4] = [
+    (STRING_ENUM, "string_enum"),
+    (OBJECT, "object"),
+    (CLOSED_OBJECT, "closed_object"),
+    (ONE_OF, "one_of"),
+];
+
 /// Formatted `code` with each enum marked `#[__idem_string_enum]` wrapped in
-/// `::idem_runtime::string_enum! { … }`, and each struct marked
+/// `string_enum! { … }` (imported from `idem_runtime::rt`), and each struct marked
 /// `#[__idem_object]` (`#[__idem_closed_object]`) in `object! { … }`
 /// (`closed_object!`): formatted as an item first, so its doc comments,
 /// variants and fields read as a person would write them.
 pub(crate) fn wrap_macros(code: &str) -> String {
-    let markers = [
-        (format!("#[{STRING_ENUM}]"), "string_enum"),
-        (format!("#[{OBJECT}]"), "object"),
-        (format!("#[{CLOSED_OBJECT}]"), "closed_object"),
-        (format!("#[{ONE_OF}]"), "one_of"),
-    ];
+    let markers = MACROS.map(|(marker, name)| (format!("#[{marker}]"), name));
     let mut out = String::with_capacity(code.len() + code.len() / 16);
     let mut open: Option<String> = None;
     for line in code.split_inclusive('\n') {
@@ -25,7 +29,7 @@ pub(crate) fn wrap_macros(code: &str) -> String {
         let indent = &line[..line.len() - trimmed.len()];
         if let Some((_, name)) = markers.iter().find(|(m, _)| trimmed.trim_end() == m) {
             out.push_str(indent);
-            out.push_str(&format!("::idem_runtime::{name}! {{\n"));
+            out.push_str(&format!("{name}! {{\n"));
             open = Some(indent.to_owned());
             continue;
         }
@@ -69,13 +73,13 @@ impl TypeSpace<'_> {
             Ty::U64 => quote!(u64),
             Ty::F32 => quote!(f32),
             Ty::F64 => quote!(f64),
-            Ty::Value => quote!(::idem_runtime::serde_json::Value),
-            Ty::Bytes => quote!(::idem_runtime::bytes::Bytes),
+            Ty::Value => quote!(::idem_runtime::rt::serde_json::Value),
+            Ty::Bytes => quote!(::idem_runtime::rt::bytes::Bytes),
             Ty::DateTime => {
-                quote!(::idem_runtime::chrono::DateTime<::idem_runtime::chrono::Utc>)
+                quote!(::idem_runtime::rt::chrono::DateTime<::idem_runtime::rt::chrono::Utc>)
             }
-            Ty::Date => quote!(::idem_runtime::chrono::NaiveDate),
-            Ty::Uuid => quote!(::idem_runtime::uuid::Uuid),
+            Ty::Date => quote!(::idem_runtime::rt::chrono::NaiveDate),
+            Ty::Uuid => quote!(::idem_runtime::rt::uuid::Uuid),
             Ty::Ipv4 => quote!(::std::net::Ipv4Addr),
             Ty::Ipv6 => quote!(::std::net::Ipv6Addr),
             Ty::Unit => quote!(()),
@@ -128,10 +132,10 @@ impl TypeSpace<'_> {
         let name = ident(&def.name);
         let doc = doc_attrs(&def.doc);
         let deprecated = def.deprecated.then(|| quote!(#[deprecated]));
-        let serde = quote!(#[serde(crate = "::idem_runtime::serde")]);
+        let serde = quote!(#[serde(crate = "::idem_runtime::rt::serde")]);
         let derive_serde = quote!(
-            ::idem_runtime::serde::Serialize,
-            ::idem_runtime::serde::Deserialize
+            ::idem_runtime::rt::serde::Serialize,
+            ::idem_runtime::rt::serde::Deserialize
         );
         match &def.body {
             Body::Pending => TokenStream::new(),
@@ -282,7 +286,7 @@ impl TypeSpace<'_> {
             // Absent reads as `None`; `null` only where the schema allows it
             // (a server decodes strictly, a client leniently).
             let non_null = (strict && !field.nullable)
-                .then(|| quote!(deserialize_with = "::idem_runtime::codec::non_null",));
+                .then(|| quote!(deserialize_with = "::idem_runtime::rt::codec::non_null",));
             quote! {
                 #doc
                 #deprecated
@@ -333,12 +337,12 @@ impl TypeSpace<'_> {
         let arms = variants.iter().filter(|v| !v.tags.is_empty()).map(|v| {
             let vi = ident(&v.ident);
             let tags = &v.tags;
-            quote!(::std::option::Option::Some(#(#tags)|*) => ::idem_runtime::codec::from_value(value).map(Self::#vi),)
+            quote!(::std::option::Option::Some(#(#tags)|*) => ::idem_runtime::rt::codec::from_value(value).map(Self::#vi),)
         });
         let fallbacks = variants.iter().map(|v| {
             let vi = ident(&v.ident);
             quote! {
-                if let ::std::result::Result::Ok(v) = ::idem_runtime::codec::from_value::<_, D::Error>(value.clone()) {
+                if let ::std::result::Result::Ok(v) = ::idem_runtime::rt::codec::from_value::<_, D::Error>(value.clone()) {
                     return ::std::result::Result::Ok(Self::#vi(v));
                 }
             }
@@ -351,19 +355,19 @@ impl TypeSpace<'_> {
             #gap
             #[doc = #tag_doc]
             #deprecated
-            #[derive(Debug, Clone, PartialEq, ::idem_runtime::serde::Serialize)]
-            #[serde(crate = "::idem_runtime::serde", untagged)]
+            #[derive(Debug, Clone, PartialEq, ::idem_runtime::rt::serde::Serialize)]
+            #[serde(crate = "::idem_runtime::rt::serde", untagged)]
             pub enum #name {
                 #(#cases)*
             }
-            impl<'de> ::idem_runtime::serde::Deserialize<'de> for #name {
-                fn deserialize<D: ::idem_runtime::serde::Deserializer<'de>>(deserializer: D) -> ::std::result::Result<Self, D::Error> {
-                    let (tag, value) = ::idem_runtime::codec::tagged::<D>(deserializer, #tag)?;
+            impl<'de> ::idem_runtime::rt::serde::Deserialize<'de> for #name {
+                fn deserialize<D: ::idem_runtime::rt::serde::Deserializer<'de>>(deserializer: D) -> ::std::result::Result<Self, D::Error> {
+                    let (tag, value) = ::idem_runtime::rt::codec::tagged::<D>(deserializer, #tag)?;
                     match tag.as_deref() {
                         #(#arms)*
                         _ => {
                             #(#fallbacks)*
-                            ::std::result::Result::Err(::idem_runtime::codec::unexpected::<D::Error>(#expected))
+                            ::std::result::Result::Err(::idem_runtime::rt::codec::unexpected::<D::Error>(#expected))
                         }
                     }
                 }

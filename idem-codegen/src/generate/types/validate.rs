@@ -76,7 +76,7 @@ impl TypeSpace<'_> {
         }
         let finish = &deferred.finish;
         quote! {
-            let mut v = ::idem_runtime::validate::Validator::new("");
+            let mut v = ::idem_runtime::rt::Validator::new("");
             #body
             #finish
         }
@@ -374,8 +374,8 @@ impl TypeSpace<'_> {
             _ => TokenStream::new(),
         };
         quote! {
-            impl ::idem_runtime::validate::Validate for #name {
-                fn validate(&self, v: &mut ::idem_runtime::validate::Validator) {
+            impl ::idem_runtime::rt::Validate for #name {
+                fn validate(&self, v: &mut ::idem_runtime::rt::Validator) {
                     #body
                 }
             }
