@@ -67,4 +67,13 @@ generated=$(date +%s)
 # 4. Both crates build, warnings denied.
 RUSTFLAGS="-D warnings" CARGO_TARGET_DIR="$root/target/first-contact/check" cargo check --workspace
 checked=$(date +%s)
+# The caller turns on the client alone: neither axum nor sqlx is built for it.
+cargo tree -p app -e normal --prefix none > "$work/caller-tree"
+if grep -Eq '^(axum|sqlx) ' "$work/caller-tree"; then
+  echo "the client-only caller depends on axum or sqlx:" >&2
+  grep -E '^(axum|sqlx)' "$work/caller-tree" >&2
+  exit 1
+fi
+echo "first contact: the caller depends on $(sort -u "$work/caller-tree" | wc -l) crates"
+
 echo "first contact: installed in $((installed - started)) s, generated in $((generated - installed)) s, checked in $((checked - generated)) s"

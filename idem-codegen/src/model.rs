@@ -164,6 +164,9 @@ pub struct Response {
     pub media: Vec<Media>,
     /// The documented headers with their schemas.
     pub header_specs: Vec<HeaderSpec>,
+    /// The name under `components/responses` when the response is a `$ref`
+    /// to one there: what operations that share it share.
+    pub component: Option<String>,
 }
 
 /// A body in one media type.

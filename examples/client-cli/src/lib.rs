@@ -204,6 +204,14 @@ pub mod types {
         }
     }
 
+    /// The `Throttled` response the spec shares, with its documented headers.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Throttled {
+        /// The `Retry-After` response header.
+        pub retry_after: Option<i64>,
+    }
+
     #[cfg(feature = "uploads")]
     object! {
         #[derive(Debug, Clone, PartialEq)]
@@ -358,12 +366,15 @@ pub mod client {
 
     /// What a caller names besides the API's own types, in one glob import
     /// (`use …::prelude::*;`): `.next().await` on lists and event streams,
-    /// the key a keyed call sends, and the errors calls and pages return.
+    /// the key a keyed call sends, the errors calls and pages return, and
+    /// the date and time types of `format: date` and `date-time` fields.
     #[allow(
         unused_imports,
         reason = "re-exported for callers: a binary that includes the API may name none of them"
     )]
     pub mod prelude {
+        pub use ::idem_runtime::rt::chrono::{DateTime, NaiveDate, Utc};
+
         pub use ::idem_runtime::rt::client::{
             ApiError, IdempotencyKey, PageError, Resume, StreamExt as _,
         };
@@ -543,9 +554,17 @@ pub mod client {
     /// A `503` response with its documented headers.
     #[cfg(feature = "health")]
     #[derive(Debug, Clone, PartialEq)]
-    pub struct HealthError {
+    pub struct HealthErrorServiceUnavailable {
         /// The `Retry-After` response header.
         pub retry_after: Option<i64>,
+    }
+
+    /// The documented error responses.
+    #[cfg(feature = "health")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum HealthError {
+        /// `503`: Down.
+        ServiceUnavailable(HealthErrorServiceUnavailable),
     }
 
     /// `GET /health`: its retry class, key and policy.
@@ -562,9 +581,11 @@ pub mod client {
         match raw.status() {
             200 => Ok(raw.json()?),
             503 => {
-                raw.error(HealthError {
-                    retry_after: raw.header("Retry-After"),
-                })
+                raw.error(
+                    HealthError::ServiceUnavailable(HealthErrorServiceUnavailable {
+                        retry_after: raw.header("Retry-After"),
+                    }),
+                )
             }
             _ => raw.unexpected(),
         }
@@ -696,14 +717,6 @@ pub mod client {
         pub retry_after: Option<i64>,
     }
 
-    /// A `429` response with its documented headers.
-    #[cfg(feature = "orders")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct CreateOrderErrorTooManyRequests {
-        /// The `Retry-After` response header.
-        pub retry_after: Option<i64>,
-    }
-
     /// The documented error responses.
     #[cfg(feature = "orders")]
     #[derive(Debug, Clone, PartialEq)]
@@ -719,7 +732,7 @@ pub mod client {
         /// `422`: The key is in use, or was used with another request.
         UnprocessableEntity(Problem),
         /// `429`: Too many requests.
-        TooManyRequests(CreateOrderErrorTooManyRequests),
+        TooManyRequests(Throttled),
     }
 
     /// `POST /orders`: its retry class, key and policy.
@@ -758,7 +771,7 @@ pub mod client {
             422 => raw.error(CreateOrderError::UnprocessableEntity(raw.json()?)),
             429 => {
                 raw.error(
-                    CreateOrderError::TooManyRequests(CreateOrderErrorTooManyRequests {
+                    CreateOrderError::TooManyRequests(Throttled {
                         retry_after: raw.header("Retry-After"),
                     }),
                 )
@@ -789,14 +802,6 @@ pub mod client {
         pub x_correlation_id: Option<String>,
     }
 
-    /// A `429` response with its documented headers.
-    #[cfg(feature = "orders")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct GetOrderErrorTooManyRequests {
-        /// The `Retry-After` response header.
-        pub retry_after: Option<i64>,
-    }
-
     /// The documented error responses.
     #[cfg(feature = "orders")]
     #[derive(Debug, Clone, PartialEq)]
@@ -804,7 +809,7 @@ pub mod client {
         /// `404`: No such order.
         NotFound(GetOrderErrorNotFound),
         /// `429`: Too many requests.
-        TooManyRequests(GetOrderErrorTooManyRequests),
+        TooManyRequests(Throttled),
     }
 
     /// `GET /orders/{id}`: its retry class, key and policy.
@@ -832,7 +837,7 @@ pub mod client {
             }
             429 => {
                 raw.error(
-                    GetOrderError::TooManyRequests(GetOrderErrorTooManyRequests {
+                    GetOrderError::TooManyRequests(Throttled {
                         retry_after: raw.header("Retry-After"),
                     }),
                 )

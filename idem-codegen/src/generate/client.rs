@@ -159,9 +159,11 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
 
         /// What a caller names besides the API's own types, in one glob import
         /// (`use …::prelude::*;`): `.next().await` on lists and event streams,
-        /// the key a keyed call sends, and the errors calls and pages return.
+        /// the key a keyed call sends, the errors calls and pages return, and
+        /// the date and time types of `format: date` and `date-time` fields.
         #[allow(unused_imports, reason = "re-exported for callers: a binary that includes the API may name none of them")]
         pub mod prelude {
+            pub use ::idem_runtime::rt::chrono::{DateTime, NaiveDate, Utc};
             pub use ::idem_runtime::rt::client::{ApiError, IdempotencyKey, PageError, Resume, StreamExt as _};
         }
 

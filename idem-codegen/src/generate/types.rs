@@ -60,6 +60,25 @@ pub(crate) struct TypeSpace<'m> {
     pub(crate) server: bool,
     /// Resource groups as cargo features, when the client is gated by them.
     pub(crate) features: Option<super::features::Features>,
+    /// Responses the spec shares under `components/responses` that carry
+    /// headers: one struct each, which the client decodes into and the
+    /// server answers with, by component name.
+    shared: std::collections::HashMap<String, SharedResponse>,
+    /// The items of those structs, by definition index: rendered with the
+    /// types.
+    shared_items: std::collections::HashMap<usize, TokenStream>,
+}
+
+/// A shared response's struct: its definition, its name, and the field of
+/// each documented header (field, wire name).
+#[derive(Debug, Clone)]
+pub(crate) struct SharedResponse {
+    pub(crate) index: usize,
+    pub(crate) name: String,
+    pub(crate) body: bool,
+    /// The body's type, which the struct reaches.
+    body_ty: Option<Ty>,
+    pub(crate) headers: Vec<(String, String)>,
 }
 
 /// One value an operation checks: where it is reported, its type, its
@@ -156,6 +175,8 @@ impl<'m> TypeSpace<'m> {
             in_requests: Vec::new(),
             server: false,
             features: None,
+            shared: std::collections::HashMap::new(),
+            shared_items: std::collections::HashMap::new(),
         };
         // Named schemas claim their names before any inline type does: all
         // of them for the whole API, those the operations reach for a part.
@@ -168,6 +189,74 @@ impl<'m> TypeSpace<'m> {
             }
         }
         space
+    }
+
+    /// The struct of a response shared as `components/responses/{component}`,
+    /// with its body (when it has one) and documented headers, defined the
+    /// first time it is asked for. Its fields are named alike for every
+    /// operation: `body`, then each header in snake case.
+    pub(crate) fn shared_response(
+        &mut self,
+        component: &str,
+        body: Option<&Ty>,
+        headers: &[(String, Ty)],
+    ) -> SharedResponse {
+        if let Some(shared) = self.shared.get(component) {
+            return shared.clone();
+        }
+        let name = self.namer.unique(&naming::camel(component, "Response"));
+        let struct_ident = ident(&name);
+        let mut fields = Vec::new();
+        if let Some(ty) = body {
+            let t = self.tokens(ty);
+            fields.push(quote!(#[doc = " The response body."] pub body: #t,));
+        }
+        let mut namer = Namer::reserving(&["body", "status"]);
+        let mut named = Vec::new();
+        for (wire, ty) in headers {
+            let field = namer.unique(&naming::snake(wire, "header"));
+            let f = ident(&field);
+            let t = self.tokens(ty);
+            let doc = format!(" The `{wire}` response header.");
+            fields.push(quote!(#[doc = #doc] pub #f: ::std::option::Option<#t>,));
+            named.push((field, wire.clone()));
+        }
+        let doc =
+            format!(" The `{component}` response the spec shares, with its documented headers.");
+        let index = self.reserve(&name);
+        self.shared_items.insert(
+            index,
+            quote! {
+                #[doc = #doc]
+                #[derive(Debug, Clone, PartialEq)]
+                pub struct #struct_ident {
+                    #(#fields)*
+                }
+            },
+        );
+        let shared = SharedResponse {
+            index,
+            name,
+            body: body.is_some(),
+            body_ty: body.cloned(),
+            headers: named,
+        };
+        self.shared.insert(component.to_owned(), shared.clone());
+        shared
+    }
+
+    /// A definition named `name` whose body comes later (or is emitted
+    /// apart, as an operation's own enum is): its index.
+    pub(crate) fn reserve(&mut self, name: &str) -> usize {
+        let index = self.defs.len();
+        self.defs.push(TypeDef {
+            name: name.to_owned(),
+            doc: String::new(),
+            deprecated: false,
+            body: Body::Pending,
+            checks: Checks::default(),
+        });
+        index
     }
 
     /// Builds every definition still pending.
@@ -191,10 +280,19 @@ impl<'m> TypeSpace<'m> {
         self.mark_validated();
         if let Some(mut features) = self.features.take() {
             let defs = &self.defs;
+            // A shared response's struct is built apart: it reaches its body.
+            let bodies: std::collections::HashMap<usize, &Ty> = self
+                .shared
+                .values()
+                .filter_map(|s| s.body_ty.as_ref().map(|ty| (s.index, ty)))
+                .collect();
             features.settle(defs, |index| {
                 let mut out = Vec::new();
                 if let Some(def) = defs.get(index) {
                     body_reaches(&def.body, true, &mut out);
+                }
+                if let Some(ty) = bodies.get(&index) {
+                    reached(ty, true, &mut out);
                 }
                 out
             });
@@ -212,14 +310,7 @@ impl<'m> TypeSpace<'m> {
             .get(id)
             .map_or("Type", |n| n.name.as_str());
         let name = self.named_type(raw);
-        let def = self.defs.len();
-        self.defs.push(TypeDef {
-            name,
-            doc: String::new(),
-            deprecated: false,
-            body: Body::Pending,
-            checks: Checks::default(),
-        });
+        let def = self.reserve(&name);
         if let Some(slot) = self.named.get_mut(id.0) {
             *slot = Some(def);
         }
@@ -280,14 +371,7 @@ impl<'m> TypeSpace<'m> {
                 }
                 let name = self.namer.unique(&naming::camel(context, "Type"));
                 // Reserved first, so a type that refers to itself finds it.
-                let index = self.defs.len();
-                self.defs.push(TypeDef {
-                    name: name.clone(),
-                    doc: String::new(),
-                    deprecated: false,
-                    body: Body::Pending,
-                    checks: Checks::default(),
-                });
+                let index = self.reserve(&name);
                 self.inline.insert(address, index);
                 let def = self.define(schema, &name);
                 if let Some(slot) = self.defs.get_mut(index) {

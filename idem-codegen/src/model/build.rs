@@ -751,6 +751,12 @@ impl<'d> Builder<'d, '_> {
                     .map(str::to_owned),
                 media: self.media(response.get("content")),
                 header_specs,
+                component: node
+                    .get("$ref")
+                    .and_then(Node::as_str)
+                    .and_then(|r| r.split_once("#/components/responses/"))
+                    .map(|(_, name)| name.to_owned())
+                    .filter(|name| !name.is_empty() && !name.contains('/')),
             });
         }
         Ok(out)

@@ -175,7 +175,13 @@ pub(crate) fn member_names(group: &Group<'_>) -> Vec<String> {
 fn short_names(op: &Operation, group: &Group<'_>) -> Vec<String> {
     let words = word_list(&op.name);
     let method = op.method.as_str().to_ascii_lowercase();
-    let names = if words.first() == Some(&method) && words[1..] == path_words(&op.path)[..] {
+    let names = if let Some(name) = op
+        .operation_id
+        .as_deref()
+        .and_then(|id| after_group_segment(id, &group.key))
+    {
+        vec![name]
+    } else if words.first() == Some(&method) && words[1..] == path_words(&op.path)[..] {
         from_path(op, &group.key).into_iter().collect()
     } else {
         let loose = op.operation_id.as_ref().is_some_and(|id| *id != op.name);
@@ -205,6 +211,33 @@ fn short_names(op: &Operation, group: &Group<'_>) -> Vec<String> {
         .into_iter()
         .filter(|name| naming::snake(name, "call") == *name)
         .collect()
+}
+
+/// For a dotted operationId (`v1.message-attempt.list-by-msg`, Google's
+/// `pubsub.projects.topics.create`), what follows the segment that names
+/// the group: `list_by_msg` on `message_attempt`, `topics_create` on
+/// `projects`. Whether the document's other operationIds are dotted does
+/// not matter.
+fn after_group_segment(id: &str, key: &str) -> Option<String> {
+    let segments: Vec<&str> = id.split('.').collect();
+    if segments.len() < 2 {
+        return None;
+    }
+    let group = word_list(key).join("_");
+    let names_group = |segment: &str| {
+        let spelled = word_list(segment).join("_");
+        !spelled.is_empty()
+            && (spelled == group
+                || singularize(&spelled) == singularize(&group)
+                || pluralize(&spelled) == group)
+    };
+    let at = segments.iter().rposition(|s| names_group(s))?;
+    let rest: Vec<String> = segments[at + 1..]
+        .iter()
+        .map(|s| word_list(s).join("_"))
+        .filter(|s| !s.is_empty())
+        .collect();
+    (!rest.is_empty()).then(|| rest.join("_"))
 }
 
 fn word_list(raw: &str) -> Vec<String> {
@@ -475,6 +508,30 @@ mod tests {
         );
         assert_eq!(leading_segment("/"), None);
         assert!(!is_version("vendors"));
+    }
+
+    #[test]
+    fn a_dotted_id_is_named_by_what_follows_its_group() {
+        assert_eq!(
+            after_group_segment("v1.message-attempt.list-by-msg", "message_attempt").as_deref(),
+            Some("list_by_msg")
+        );
+        assert_eq!(
+            after_group_segment("v1.application.list", "application").as_deref(),
+            Some("list")
+        );
+        assert_eq!(
+            after_group_segment("pubsub.projects.topics.create", "projects").as_deref(),
+            Some("topics_create")
+        );
+        // Plural group, singular segment.
+        assert_eq!(
+            after_group_segment("v1.endpoint.get", "endpoints").as_deref(),
+            Some("get")
+        );
+        assert_eq!(after_group_segment("v1.application", "application"), None);
+        assert_eq!(after_group_segment("createCharge", "charges"), None);
+        assert_eq!(after_group_segment("v1.health.get", "orders"), None);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use quote::quote;
 
 use super::encoding::{Encoding, encoding_of};
 use crate::generate::naming::{self, Namer};
-use crate::generate::types::{Ty, TypeDef, TypeSpace, doc_attrs, ident};
+use crate::generate::types::{Ty, TypeSpace, doc_attrs, ident};
 use crate::model::Operation;
 use crate::model::schema::Kind;
 
@@ -19,6 +19,8 @@ struct Outcome {
     headers: Vec<(String, Ty)>,
     /// The spec's description of the response.
     description: Option<String>,
+    /// Its name under `components/responses`, when it is shared.
+    component: Option<String>,
 }
 
 /// What one documented response carries, as both the client (decoding it)
@@ -95,7 +97,7 @@ pub(crate) fn response_shape(
     let headers = response
         .header_specs
         .iter()
-        .filter(|h| !h.name.eq_ignore_ascii_case("content-type"))
+        .filter(|h| !h.name.eq_ignore_ascii_case("content-type") && header_name(&h.name))
         .map(|h| {
             let ty = match h.schema.as_ref().map(|s| &s.kind) {
                 Some(Kind::Integer(_)) => Ty::I64,
@@ -111,6 +113,14 @@ pub(crate) fn response_shape(
         body,
         headers,
     }
+}
+
+/// Whether `name` can be an HTTP header's name (an RFC 9110 token).
+pub(crate) fn header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// The success type, the error type, the decoder's body, and the types they need.
@@ -136,6 +146,7 @@ pub(super) fn responses(
             enc,
             headers,
             description: response.description.clone(),
+            component: response.component.clone(),
         };
         if success {
             ok.push(outcome)
@@ -266,6 +277,22 @@ fn with_headers(
     if o.headers.is_empty() {
         return (base, None);
     }
+    // A response the spec shares is one struct, whichever operation
+    // answers it.
+    if let Some(component) = &o.component
+        && o.status.parse::<u16>().is_ok()
+    {
+        let body = (base != Ty::Unit).then_some(&base);
+        let shared = space.shared_response(component, body, &o.headers);
+        let struct_ident = ident(&shared.name);
+        let body_init = shared.body.then(|| quote!(body: __body,));
+        let inits = shared.headers.iter().map(|(field, wire)| {
+            let field = ident(field);
+            quote!(#field: raw.header(#wire),)
+        });
+        let init = quote!(#struct_ident { #body_init #(#inits)* });
+        return (Ty::Def(shared.index), Some(init));
+    }
     let struct_name = space.namer.unique(&if single {
         name.to_owned()
     } else {
@@ -296,14 +323,7 @@ fn with_headers(
             #(#fields)*
         }
     });
-    let index = space.defs.len();
-    space.defs.push(TypeDef {
-        name: struct_name.clone(),
-        doc: String::new(),
-        deprecated: false,
-        body: crate::generate::types::Body::Pending,
-        checks: crate::generate::types::Checks::default(),
-    });
+    let index = space.reserve(&struct_name);
     let init = quote!(#struct_ident { #body_init #(#inits)* });
     (Ty::Def(index), Some(init))
 }
@@ -346,9 +366,14 @@ fn side(
         (Some(_), Encoding::Bytes) => quote!(raw.bytes()?),
         (Some(_), _) => quote!(raw.json()?),
     };
-    let single = outcomes.len() == 1;
-    // One outcome with documented headers: its body and headers, as a struct.
+    // A lone success's struct takes the side's name; an error's struct is
+    // named after its variant, beside the operation's error enum.
+    let single = outcomes.len() == 1 && success;
+    // Errors are always the operation's enum, one variant per status, so
+    // every method's error reads alike; a success is its type alone.
+    // One success with documented headers: its body and headers, as a struct.
     if let [only] = outcomes.as_slice()
+        && success
         && !only.headers.is_empty()
     {
         let base = only.ty.clone().unwrap_or(Ty::Unit);
@@ -368,7 +393,7 @@ fn side(
         .collect();
     let same =
         payloads.windows(2).all(|w| w[0] == w[1]) && outcomes.iter().all(|o| o.headers.is_empty());
-    if same {
+    if same && success {
         let ty = payloads.first().cloned().unwrap_or(Ty::Unit);
         let arms = outcomes
             .iter()
@@ -441,14 +466,7 @@ fn side(
             #(#variants)*
         }
     });
-    let index = space.defs.len();
-    space.defs.push(TypeDef {
-        name: enum_name,
-        doc: String::new(),
-        deprecated: false,
-        body: crate::generate::types::Body::Pending,
-        checks: crate::generate::types::Checks::default(),
-    });
+    let index = space.reserve(&enum_name);
     (Some(Ty::Def(index)), arms)
 }
 

@@ -19,6 +19,8 @@ pub(super) struct Answer {
     pub(super) body: Option<(Ty, Encoding, String)>,
     /// Documented headers: field, wire name, type.
     pub(super) headers: Vec<(proc_macro2::Ident, String, Ty)>,
+    /// Its name under `components/responses`, when it is shared.
+    pub(super) component: Option<String>,
 }
 
 pub(super) fn reply_enum(
@@ -59,6 +61,27 @@ pub(super) fn reply_enum(
             };
             variants.push(quote!(#doc #decl,));
             arms.push(quote!(#pattern => #reply,));
+        } else if let Some(component) = a.component.as_deref().filter(|_| exact.is_some()) {
+            // A response the spec shares: the struct the client decodes too.
+            let headers: Vec<(String, Ty)> = a
+                .headers
+                .iter()
+                .map(|(_, wire, ty)| (wire.clone(), ty.clone()))
+                .collect();
+            let body = a.body.as_ref().map(|(ty, _, _)| ty);
+            let shared = space.shared_response(component, body, &headers);
+            let struct_ident = ident(&shared.name);
+            let sets = shared.headers.iter().map(|(field, wire)| {
+                let field = ident(field);
+                quote!(reply = #rt::header(reply, #wire, answer.#field.as_ref());)
+            });
+            let reply = write(quote!(answer.body));
+            variants.push(quote!(#doc #variant(#struct_ident),));
+            arms.push(quote!(Self::#variant(answer) => {
+                let mut reply = #reply;
+                #(#sets)*
+                reply
+            }));
         } else {
             // Documented headers: the variant carries a struct.
             let struct_ident = ident(&space.namer.unique(&format!("{}{}", reply_ident, variant)));
@@ -165,6 +188,7 @@ fn answers(space: &mut TypeSpace<'_>, op: &Operation, camel: &str) -> Vec<Answer
             status: response.status.clone(),
             body,
             headers,
+            component: response.component.clone(),
         });
     }
     answers

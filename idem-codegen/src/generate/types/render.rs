@@ -114,7 +114,10 @@ impl TypeSpace<'_> {
             .filter_map(|i| self.defs.get(*i).map(|d| (*i, d)))
             .map(|(i, d)| {
                 let strict = self.server && self.in_requests.get(i).copied().unwrap_or(false);
-                let def = self.render_def(d, strict);
+                let def = match self.shared_items.get(&i) {
+                    Some(item) => item.clone(),
+                    None => self.render_def(d, strict),
+                };
                 let validate = self.render_validate(i, d);
                 let gate = self.features.as_ref().and_then(|f| f.gate(i));
                 match gate {
