@@ -16,6 +16,7 @@ mod build;
 mod names;
 pub mod schema;
 pub(crate) mod select;
+pub mod shape;
 pub(crate) mod words;
 
 pub use build::build;

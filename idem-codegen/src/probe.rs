@@ -14,7 +14,6 @@ use crate::model::{KeySource, Model, Operation, RetryClass};
 use crate::source::Pos;
 use crate::vocab::KeyRequirement;
 
-pub(crate) mod body;
 #[cfg(feature = "cli")]
 mod checks;
 #[cfg(feature = "cli")]
@@ -25,7 +24,8 @@ pub mod report;
 #[cfg(feature = "cli")]
 pub mod run;
 
-pub use body::Body;
+use crate::model::shape::sample as body;
+pub use crate::model::shape::sample::Body;
 pub use keys::{KeyMaker, KeyShape};
 
 /// One property of the key contract, checked from outside.

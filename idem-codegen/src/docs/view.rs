@@ -10,8 +10,8 @@ use idem_runtime::protocol;
 
 use super::schedule::{self, Schedule};
 use super::text;
+use crate::model::shape::sample::is_json;
 use crate::model::{self, KeySource, Model, Operation, RetryClass, RetryPolicy};
-use crate::probe::body::is_json;
 use crate::vocab::{
     Backoff, ClaimAt, FailureReplay, InFlight, KeyRequirement, Scope, format_duration,
 };
@@ -299,9 +299,9 @@ impl DocsView {
         let (mut paged, mut streamed) = (Vec::new(), Vec::new());
         for (op, anchor) in ops.iter().zip(anchors) {
             let endpoint = endpoint(model.base_path(), op, anchor, &root, &root_retry);
-            if crate::generate::streams_events(op) {
+            if crate::model::shape::streams_events(op) {
                 streamed.push(endpoint.clone());
-            } else if let Ok(Some(paging)) = crate::generate::paging(model, op) {
+            } else if let Ok(Some(paging)) = crate::model::shape::paging::recognise(model, op) {
                 paged.push((endpoint.clone(), paging.describe()));
             }
             if endpoint.p99.is_some() {
@@ -733,7 +733,7 @@ fn sample(
             }
             Some(serde_json::Value::Object(out))
         }
-        _ => crate::probe::body::instance(schemas, schema, depth).ok(),
+        _ => crate::model::shape::sample::instance(schemas, schema, depth).ok(),
     }
 }
 
@@ -767,7 +767,7 @@ fn example(model: &Model, op: &Operation) -> Example {
     let (key_in_body, key_name) = key_carrier(op);
     let policy = &op.retry;
     let timeout = schedule::attempt_timeout(policy.p99, policy.deadline, policy.max_attempts);
-    let request = crate::probe::body::request(model, op, None, &[]).ok();
+    let request = crate::model::shape::sample::request(model, op, None, &[]).ok();
     let mut filled = request
         .as_ref()
         .map_or_else(|| op.path.clone(), |r| r.path.clone());

@@ -13,20 +13,17 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 mod bodies;
-mod encoding;
 mod groups;
-pub(crate) mod paging;
+mod paging;
 mod responses;
 
-pub(super) use bodies::body_required;
 use bodies::{BodyArg, request_body};
-pub(super) use encoding::{Encoding, encoding_name, encoding_of};
 pub(super) use groups::{groups, member_names};
 use responses::{declared_request_id, number, responses};
-pub(super) use responses::{response_shape, status_variant};
 
 use super::features;
 use super::naming::{self, Namer};
+use super::operation::{doc_head, is_key_parameter, query_style};
 use super::types::{Site, Ty, TypeSpace, doc_attrs, ident};
 use crate::model::{KeySource, Model, Operation, RetryClass, RetryPolicy, SecurityKind};
 use crate::vocab::{Backoff, KeyRequirement};
@@ -550,7 +547,9 @@ fn call_mode(
     let events = event_type(space, op, camel);
     let paging = match events {
         Some(_) => None,
-        None => paging::recognise(model, op).ok().flatten(),
+        None => crate::model::shape::paging::recognise(model, op)
+            .ok()
+            .flatten(),
     };
     if let Some(event) = &events {
         let event = space.tokens(event);
@@ -569,7 +568,7 @@ fn call_mode(
             "PAGES",
             &helper.trim_start_matches("r#").to_ascii_uppercase(),
         );
-        let spec = paging.spec();
+        let spec = paging::page_spec(paging);
         let spec_doc = format!(
             " How `{} {}` pages: {}.",
             op.method,
@@ -876,28 +875,6 @@ fn path_arg_type(space: &TypeSpace<'_>, ty: &Ty) -> TokenStream {
     }
 }
 
-pub(super) fn is_key_parameter(op: &Operation, p: &crate::model::Parameter) -> bool {
-    p.location == "header"
-        && op.key.requirement != KeyRequirement::None
-        && matches!(&op.key.source, Some(KeySource::Header { name, .. }) if name.eq_ignore_ascii_case(&p.name))
-}
-
-pub(super) fn query_style(
-    style: Option<&str>,
-    explode: Option<bool>,
-) -> (proc_macro2::Ident, bool) {
-    let (style, default_explode) = match style {
-        Some("deepObject") => ("DeepObject", true),
-        Some("spaceDelimited") => ("SpaceDelimited", false),
-        Some("pipeDelimited") => ("PipeDelimited", false),
-        _ => ("Form", true),
-    };
-    (
-        format_ident!("{}", style),
-        explode.unwrap_or(default_explode),
-    )
-}
-
 fn policy_override(op: &RetryPolicy, root: &RetryPolicy) -> TokenStream {
     if op == root {
         return quote!(::idem_runtime::rt::client::PolicyOverride::NONE);
@@ -934,24 +911,6 @@ fn policy_override(op: &RetryPolicy, root: &RetryPolicy) -> TokenStream {
             backoff: #backoff,
         }
     }
-}
-
-/// The start of an operation's doc comment, client and server alike: its
-/// summary, its description, and its method and path.
-pub(super) fn doc_head(op: &Operation) -> String {
-    let mut doc = String::new();
-    if let Some(summary) = &op.summary {
-        doc.push_str(summary.trim());
-        doc.push_str("\n\n");
-    }
-    if let Some(description) = &op.description
-        && Some(description.trim()) != op.summary.as_deref().map(str::trim)
-    {
-        doc.push_str(description.trim());
-        doc.push_str("\n\n");
-    }
-    doc.push_str(&format!("`{} {}`\n\n", op.method, op.path));
-    doc
 }
 
 fn method_doc(model: &Model, op: &Operation) -> String {

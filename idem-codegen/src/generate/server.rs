@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use super::client::{doc_head, is_key_parameter, query_style};
 use super::naming::{self, Namer};
+use super::operation::{doc_head, header_name, is_key_parameter, query_style};
 use super::types::{Site, Ty, TypeSpace, doc_attrs, ident};
 use crate::model::SecurityKind;
 use crate::model::{KeySettings, KeySource, Model, Operation, RetryClass};
@@ -32,9 +32,7 @@ mod phased;
 mod replies;
 mod wiring;
 
-use inputs::{
-    InputField, acceptable_check, http_header_name, media_check, request_body, takes_upload,
-};
+use inputs::{InputField, acceptable_check, media_check, request_body, takes_upload};
 use phased::phased;
 use replies::reply_enum;
 use wiring::{Wiring, rt, wiring};
@@ -821,7 +819,7 @@ fn policy(op: &Operation, accepted: &mut bool) -> TokenStream {
         .flat_map(|r| r.header_specs.iter())
         .map(|h| h.name.as_str())
         .filter(|h| !h.eq_ignore_ascii_case("content-type"))
-        .filter(|h| http_header_name(h))
+        .filter(|h| header_name(h))
         .collect();
     headers.sort_unstable();
     headers.dedup();

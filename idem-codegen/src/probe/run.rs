@@ -505,8 +505,8 @@ impl Runner<'_> {
                 .map(|(k, v)| {
                     format!(
                         "{}={}",
-                        super::body::percent_encode(k),
-                        super::body::percent_encode(v)
+                        crate::model::shape::sample::percent_encode(k),
+                        crate::model::shape::sample::percent_encode(v)
                     )
                 })
                 .collect();
@@ -648,7 +648,7 @@ impl Runner<'_> {
         let path = format!(
             "{}/{}",
             body.path.trim_end_matches('/'),
-            super::body::percent_encode(id)
+            crate::model::shape::sample::percent_encode(id)
         );
         let mut request = self.http.get(format!("{}{path}", self.base));
         for (name, value) in &self.settings.headers {

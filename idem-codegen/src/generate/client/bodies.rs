@@ -4,10 +4,11 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::encoding::{Encoding, encoding_name, encoding_of};
 use crate::generate::naming::{self, Namer};
+use crate::generate::operation::body_required;
 use crate::generate::types::{Site, Ty, TypeDef, TypeSpace, ident};
 use crate::model::schema::Kind;
+use crate::model::shape::encoding::{Encoding, encoding_name, encoding_of};
 use crate::model::{Media, Operation};
 
 /// The body argument, the statements setting it, the items it needs, and
@@ -24,14 +25,6 @@ pub(super) enum BodyArg {
     Required(TokenStream),
     /// Optional, set with `.body(&T)` on the call; the type `T`.
     Optional(TokenStream),
-}
-
-/// Whether `op`'s body must be sent: only where the spec says so, and never
-/// on a method whose body has no defined meaning (RFC 9110 §9.3.1, §9.3.2,
-/// §9.3.5). Client and server agree on it.
-pub(crate) fn body_required(op: &Operation) -> bool {
-    op.request_body.as_ref().is_some_and(|b| b.required)
-        && !matches!(op.method.as_str(), "GET" | "HEAD" | "DELETE")
 }
 
 /// The body of `op`, as [`BodyParts`].

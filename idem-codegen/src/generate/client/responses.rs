@@ -4,11 +4,11 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::encoding::{Encoding, encoding_of};
 use crate::generate::naming::{self, Namer};
+use crate::generate::operation::{response_shape, status_variant};
 use crate::generate::types::{Ty, TypeSpace, doc_attrs, ident};
 use crate::model::Operation;
-use crate::model::schema::Kind;
+use crate::model::shape::encoding::Encoding;
 
 /// One documented response outcome.
 struct Outcome {
@@ -21,106 +21,6 @@ struct Outcome {
     description: Option<String>,
     /// Its name under `components/responses`, when it is shared.
     component: Option<String>,
-}
-
-/// What one documented response carries, as both the client (decoding it)
-/// and the server (sending it) type it.
-pub(crate) struct ResponseShape {
-    /// A success (2xx, 1xx, 3xx, or `default` when no 2xx is documented).
-    pub(crate) success: bool,
-    pub(crate) body: Option<ResponseBody>,
-    /// Documented headers other than `Content-Type`: wire name and type.
-    pub(crate) headers: Vec<(String, Ty)>,
-}
-
-pub(crate) struct ResponseBody {
-    pub(crate) ty: Ty,
-    /// `Json`, `Text` or `Bytes`.
-    pub(crate) enc: Encoding,
-    pub(crate) media: String,
-}
-
-/// The shape of `response`: the body in its preferred media type (JSON,
-/// then text, then the rest as bytes), inline types named after the
-/// operation and status.
-pub(crate) fn response_shape(
-    space: &mut TypeSpace<'_>,
-    response: &crate::model::Response,
-    camel: &str,
-    has_success: bool,
-) -> ResponseShape {
-    let success = response.status.starts_with('2')
-        || (!has_success && response.status == "default")
-        || response.status.starts_with('1')
-        || response.status.starts_with('3');
-    let context = if success {
-        format!("{camel}Response{}", status_suffix(&response.status))
-    } else {
-        format!("{camel}Error{}", status_suffix(&response.status))
-    };
-    let media = response
-        .media
-        .iter()
-        .min_by_key(|m| match encoding_of(&m.media_type) {
-            Encoding::Json => 0,
-            Encoding::Text => 1,
-            _ => 2,
-        });
-    let body = media.map(|m| {
-        let enc = encoding_of(&m.media_type);
-        let ty = match (enc, &m.schema) {
-            (Encoding::Text, _) => Ty::String,
-            (Encoding::Bytes | Encoding::Multipart | Encoding::Form, _) => Ty::Bytes,
-            (Encoding::Json, Some(schema)) => {
-                if matches!(
-                    schema.kind,
-                    Kind::String(crate::model::schema::StringFormat::Binary)
-                ) {
-                    Ty::Bytes
-                } else {
-                    space.ty(schema, &context)
-                }
-            }
-            (Encoding::Json, None) => Ty::Value,
-        };
-        let enc = match (&ty, enc) {
-            (Ty::Bytes, _) => Encoding::Bytes,
-            (_, Encoding::Text) => Encoding::Text,
-            _ => Encoding::Json,
-        };
-        ResponseBody {
-            ty,
-            enc,
-            media: m.media_type.clone(),
-        }
-    });
-    let headers = response
-        .header_specs
-        .iter()
-        .filter(|h| !h.name.eq_ignore_ascii_case("content-type") && header_name(&h.name))
-        .map(|h| {
-            let ty = match h.schema.as_ref().map(|s| &s.kind) {
-                Some(Kind::Integer(_)) => Ty::I64,
-                Some(Kind::Number(_)) => Ty::F64,
-                Some(Kind::Boolean) => Ty::Bool,
-                _ => Ty::String,
-            };
-            (h.name.clone(), ty)
-        })
-        .collect();
-    ResponseShape {
-        success,
-        body,
-        headers,
-    }
-}
-
-/// Whether `name` can be an HTTP header's name (an RFC 9110 token).
-pub(crate) fn header_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// The success type, the error type, the decoder's body, and the types they need.
@@ -169,52 +69,6 @@ pub(super) fn responses(
         }
     };
     (ok_ty.unwrap_or(Ty::Unit), err_ty, decode, items)
-}
-
-fn status_suffix(status: &str) -> String {
-    match status {
-        "default" => "Default".to_owned(),
-        other => other.to_owned(),
-    }
-}
-
-pub(crate) fn status_variant(status: &str) -> String {
-    let named = match status {
-        "200" => "Ok",
-        "201" => "Created",
-        "202" => "Accepted",
-        "203" => "NonAuthoritative",
-        "204" => "NoContent",
-        "206" => "PartialContent",
-        "301" => "MovedPermanently",
-        "302" => "Found",
-        "304" => "NotModified",
-        "400" => "BadRequest",
-        "401" => "Unauthorized",
-        "402" => "PaymentRequired",
-        "403" => "Forbidden",
-        "404" => "NotFound",
-        "405" => "MethodNotAllowed",
-        "406" => "NotAcceptable",
-        "409" => "Conflict",
-        "410" => "Gone",
-        "412" => "PreconditionFailed",
-        "413" => "PayloadTooLarge",
-        "415" => "UnsupportedMediaType",
-        "422" => "UnprocessableEntity",
-        "429" => "TooManyRequests",
-        "500" => "InternalServerError",
-        "502" => "BadGateway",
-        "503" => "ServiceUnavailable",
-        "504" => "GatewayTimeout",
-        "default" => "Other",
-        _ => "",
-    };
-    if named.is_empty() {
-        format!("Status{}", status.to_ascii_uppercase())
-    } else {
-        named.to_owned()
-    }
 }
 
 /// The status pattern of a documented response. A range (`2XX`) leaves out

@@ -6,17 +6,11 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::wiring::{Wiring, rt};
-use crate::generate::client::{Encoding, body_required, encoding_of};
 use crate::generate::naming::Namer;
+use crate::generate::operation::body_required;
 use crate::generate::types::{Site, Ty, TypeSpace, doc_attrs, ident};
 use crate::model::Operation;
-
-pub(super) fn http_header_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
+use crate::model::shape::encoding::{Encoding, encoding_name, encoding_of};
 
 /// Whether the operation takes a file (one body encoding, raw bytes:
 /// `application/octet-stream`, an image, `format: binary`) that the
@@ -69,10 +63,7 @@ pub(super) fn request_body(
         let context = if single {
             format!("{camel}Request")
         } else {
-            format!(
-                "{camel}Request{}",
-                crate::generate::client::encoding_name(*enc)
-            )
+            format!("{camel}Request{}", encoding_name(*enc))
         };
         let t = match (&*enc, &media.schema) {
             (Encoding::Text, _) => Ty::String,
@@ -111,7 +102,7 @@ pub(super) fn request_body(
         let mut accepted = Vec::new();
         for (media, enc, ty) in &choices {
             let tokens = space.tokens(ty);
-            let variant = ident(&namer.unique(crate::generate::client::encoding_name(*enc)));
+            let variant = ident(&namer.unique(encoding_name(*enc)));
             let media_type = &media.media_type;
             let doc = format!(" `{media_type}`");
             variants.push(quote!(#[doc = #doc] #variant(#tokens),));

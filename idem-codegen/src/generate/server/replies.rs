@@ -4,12 +4,12 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::inputs::http_header_name;
 use super::wiring::rt;
-use crate::generate::client::{Encoding, response_shape, status_variant};
 use crate::generate::naming::{self, Namer};
+use crate::generate::operation::{response_shape, status_variant};
 use crate::generate::types::{Ty, TypeSpace, doc_attrs, ident};
 use crate::model::Operation;
+use crate::model::shape::encoding::Encoding;
 
 /// One documented response of the reply enum.
 pub(super) struct Answer {
@@ -174,7 +174,6 @@ fn answers(space: &mut TypeSpace<'_>, op: &Operation, camel: &str) -> Vec<Answer
         let headers = shape
             .headers
             .into_iter()
-            .filter(|(name, _)| http_header_name(name))
             .map(|(name, ty)| {
                 (
                     ident(&header_namer.unique(&naming::snake(&name, "header"))),

@@ -3,7 +3,7 @@
 
 /// How a body in one media type is sent or read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Encoding {
+pub enum Encoding {
     Json,
     Form,
     Multipart,
@@ -11,7 +11,7 @@ pub(crate) enum Encoding {
     Bytes,
 }
 
-pub(crate) fn encoding_of(media: &str) -> Encoding {
+pub fn encoding_of(media: &str) -> Encoding {
     let media = media.to_ascii_lowercase();
     let essence = media.split(';').next().unwrap_or("").trim();
     if essence == "application/json"
@@ -32,7 +32,7 @@ pub(crate) fn encoding_of(media: &str) -> Encoding {
     }
 }
 
-pub(crate) fn encoding_name(enc: Encoding) -> &'static str {
+pub fn encoding_name(enc: Encoding) -> &'static str {
     match enc {
         Encoding::Json => "Json",
         Encoding::Form => "Form",

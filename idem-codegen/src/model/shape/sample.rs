@@ -145,7 +145,7 @@ pub fn request(
 }
 
 /// Whether `media_type` is JSON (`application/json` or a `+json` type).
-pub(crate) fn is_json(media_type: &str) -> bool {
+pub fn is_json(media_type: &str) -> bool {
     let essence = media_type
         .split(';')
         .next()
@@ -182,7 +182,7 @@ fn scalar_text(value: &Value) -> String {
 
 /// Text percent-encoded as RFC 3986 requires of a path segment or a
 /// query component: everything but the unreserved characters.
-pub(super) fn percent_encode(text: &str) -> String {
+pub fn percent_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
@@ -228,7 +228,7 @@ fn example(model: &Model, op: &Operation, media_type: &str) -> Option<Value> {
 }
 
 /// The smallest instance of `schema` that meets its constraints.
-pub(crate) fn instance(schemas: &Schemas, schema: &Schema, depth: usize) -> Result<Value, String> {
+pub fn instance(schemas: &Schemas, schema: &Schema, depth: usize) -> Result<Value, String> {
     if depth > MAX_DEPTH {
         return Err("the schema nests too deep to make an instance of".into());
     }
@@ -450,12 +450,7 @@ fn number(schema: &Schema) -> Result<Value, String> {
 }
 
 /// A valid body that differs from `value` in one property (not the key's).
-pub(crate) fn vary(
-    schemas: &Schemas,
-    schema: &Schema,
-    value: &Value,
-    key: Option<&str>,
-) -> Option<Value> {
+pub fn vary(schemas: &Schemas, schema: &Schema, value: &Value, key: Option<&str>) -> Option<Value> {
     let schema = schemas.resolve(schema);
     let c = schema.constraints.as_deref();
     match (&schema.kind, value) {
