@@ -403,7 +403,7 @@ fn diagnostic_json(sources: &SourceMap, d: &Diagnostic) -> Json {
     })
 }
 
-/// DESIGN.md's JSON shape.
+/// The report as JSON, in the shape `docs/audit.md` documents (`--format json`).
 pub fn json_report(model: &Model, report: &Report) -> Json {
     let sources = &model.document.sources;
     let operations: Vec<Json> = model

@@ -1,5 +1,5 @@
 //! The `x-idempotency` / `x-retry` vocabulary: parsing, validation and the
-//! defaults DESIGN.md promises. Every unknown field, bad value and bad
+//! defaults `docs/vocabulary.md` documents. Every unknown field, bad value and bad
 //! duration becomes an [`ExtensionError`] with a did-you-mean; nothing is
 //! silently ignored.
 

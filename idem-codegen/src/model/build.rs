@@ -911,7 +911,7 @@ fn is_key_name(name: &str) -> bool {
     squashed == "idempotencykey"
 }
 
-/// The retry class; see DESIGN.md's table.
+/// The retry class, by the table of `docs/vocabulary.md` ("Retry classes").
 pub(crate) fn classify(op: &Operation) -> RetryClass {
     if op.effect() == Some(Effect::Read) {
         RetryClass::Safe

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// How an operation may be retried, as the audit assigns it (DESIGN.md,
-/// "Retry classes"). Generated SDKs pass it per operation; hand-written
+/// How an operation may be retried, as the audit assigns it
+/// (`docs/vocabulary.md`, "Retry classes"). Generated SDKs pass it per operation; hand-written
 /// callers pick it by the same rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RetryClass {
@@ -23,7 +23,7 @@ pub enum RetryClass {
 }
 
 impl RetryClass {
-    /// Every class, in DESIGN.md's order.
+    /// Every class, in the order `docs/vocabulary.md` lists them.
     pub const ALL: [RetryClass; 4] = [
         RetryClass::Safe,
         RetryClass::Keyed,

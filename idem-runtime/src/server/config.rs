@@ -107,7 +107,7 @@ impl MismatchStatus {
     }
 }
 
-/// The protocol's settings. Defaults follow DESIGN's `x-idempotency` defaults.
+/// The protocol's settings. Defaults follow the `x-idempotency` defaults of `docs/vocabulary.md`.
 ///
 /// ```
 /// use std::time::Duration;
