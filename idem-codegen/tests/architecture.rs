@@ -55,11 +55,21 @@ fn no_emitter_reads_another() {
     let cases: &[(&str, &[&str])] = &[
         (
             "generate/client",
-            &["generate::server", "super::server", "crate::docs", "crate::probe"],
+            &[
+                "generate::server",
+                "super::server",
+                "crate::docs",
+                "crate::probe",
+            ],
         ),
         (
             "generate/server",
-            &["generate::client", "super::client", "crate::docs", "crate::probe"],
+            &[
+                "generate::client",
+                "super::client",
+                "crate::docs",
+                "crate::probe",
+            ],
         ),
         ("docs", &["crate::generate", "crate::probe"]),
         ("probe", &["crate::generate", "crate::docs"]),
@@ -78,7 +88,12 @@ fn no_emitter_reads_another() {
 fn the_model_reads_no_emitter() {
     let found = naming(
         "model",
-        &["crate::generate", "crate::docs", "crate::probe", "crate::audit"],
+        &[
+            "crate::generate",
+            "crate::docs",
+            "crate::probe",
+            "crate::audit",
+        ],
     );
     assert!(found.is_empty(), "{}", found.join("\n"));
 }

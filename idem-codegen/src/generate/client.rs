@@ -447,7 +447,7 @@ fn operation(
     } else {
         quote!(let mut request)
     };
-    let mut method_doc = method_doc(model, op);
+    let mut method_doc = method_doc(op);
     if let Some((ty, _)) = &optional_body {
         let ty = ty.to_string().replace(' ', "");
         method_doc.push_str(&format!(
@@ -913,7 +913,7 @@ fn policy_override(op: &RetryPolicy, root: &RetryPolicy) -> TokenStream {
     }
 }
 
-fn method_doc(model: &Model, op: &Operation) -> String {
+fn method_doc(op: &Operation) -> String {
     let mut doc = doc_head(op);
     let class = match op.class {
         RetryClass::Safe => "Retry class `safe`: retried on connection failures, timeouts, 429, 502, 503 and 504 (500 at most once).".to_owned(),
@@ -943,6 +943,5 @@ fn method_doc(model: &Model, op: &Operation) -> String {
         doc.push_str("\n\nWarning from the API: ");
         doc.push_str(warning.value.trim());
     }
-    let _ = model;
     doc
 }

@@ -162,7 +162,7 @@ pub(crate) fn layout(
 }
 
 /// `code` formatted again, a few top-level items at a time: an item ends
-/// at a line that is `}`, or ends with `;`, at the first column.
+/// at a line of code that is `}`, or ends with `;`, at the first column.
 fn reformat(code: &str) -> Result<String, GenerateError> {
     let mut out = String::with_capacity(code.len());
     let mut chunk = String::new();
@@ -178,7 +178,10 @@ fn reformat(code: &str) -> Result<String, GenerateError> {
     };
     for line in code.split_inclusive('\n') {
         chunk.push_str(line);
+        // A doc comment or an attribute may end in `;` or `}` too.
         let ends = !line.starts_with(char::is_whitespace)
+            && !line.starts_with("//")
+            && !line.starts_with('#')
             && (line.trim_end() == "}" || line.trim_end().ends_with(';'));
         if ends && chunk.len() > 32 * 1024 {
             flush(&mut chunk, &mut out)?;
@@ -628,6 +631,18 @@ mod tests {
             code,
             "object! { pub struct A { pub b: Option<u8> } }\nfn g() { let _ = Some(1); routing::get(h); }\n"
         );
+    }
+
+    #[test]
+    fn a_doc_line_that_ends_like_an_item_does_not_split_it() {
+        let mut code = String::new();
+        for n in 0..2000 {
+            code.push_str(&format!(
+                "/// Sets `{{x}}`;\n/// {{\n/// }}\npub struct A{n};\n"
+            ));
+        }
+        let formatted = reformat(&code).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(formatted.matches("pub struct").count(), 2000);
     }
 
     #[test]

@@ -67,7 +67,9 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
         }
         let method = methods.unique(&naming::snake(&op.name, "call"));
         let generated = operation(model, space, op, &method);
-        protected |= wiring(op) != Wiring::Plain;
+        // A plain route names it too when it reads the caller's scope or
+        // caps an upload by the policy.
+        protected |= mentions(&generated.route, "idem");
         trait_methods.push(generated.trait_method);
         items.extend(generated.items);
         accepted |= generated.accepted;
@@ -200,6 +202,15 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
 
         #(#items)*
     }
+}
+
+/// Whether `tokens` name the identifier `name`, at any depth.
+fn mentions(tokens: &TokenStream, name: &str) -> bool {
+    tokens.clone().into_iter().any(|tree| match tree {
+        proc_macro2::TokenTree::Ident(ident) => ident == name,
+        proc_macro2::TokenTree::Group(group) => mentions(&group.stream(), name),
+        _ => false,
+    })
 }
 
 /// The axum route for an OpenAPI template: each templated segment becomes

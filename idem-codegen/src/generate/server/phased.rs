@@ -201,7 +201,6 @@ fn stage_item(
             /// Every phase is recorded: the reply, stored and replayed for
             /// every retry with this key.
             pub fn finish(self, reply: #reply) -> #done {
-                let _ = self.run;
                 #done(reply)
             }
         },
@@ -211,7 +210,6 @@ fn stage_item(
             /// Answers now, without the remaining phases (a declined card):
             /// stored and replayed like any answer.
             pub fn stop(self, reply: #reply) -> #done {
-                let _ = self.run;
                 #done(reply)
             }
         }
