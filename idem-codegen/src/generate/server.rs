@@ -148,7 +148,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
          stored response, or not at all. Generic over the store: SQLite (`sqlx::Sqlite`) \
          embedded, PostgreSQL (`sqlx::Postgres`) or MariaDB (`sqlx::MySql`) in production.\n\n\
          Each method answers `Ok` with one of its documented replies, or `Err` with a \
-         [`Fault`](::idem_runtime::rt::server::Fault): `?` on a database error gives one, and it \
+         [`Fault`]: `?` on a database error gives one, and it \
          is answered `503` with `Retry-After`, retryable and never recorded, so a connection \
          that dies mid-operation is never a caller's final answer."
     ));
