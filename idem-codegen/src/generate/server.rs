@@ -469,6 +469,18 @@ fn plain_route(
         )
     };
     let name = op.stable_name();
+    if !upload && required_headers.is_empty() {
+        // The common route: the request read by the runtime, the inputs
+        // and the handler here.
+        let filter = format_ident!("{}", op.method.as_str().to_ascii_uppercase());
+        return quote! {
+            #rt::plain(::idem_runtime::rt::server::axum::routing::MethodFilter::#filter, &api, #name, #template, |api, inbound| async move {
+                use ::idem_runtime::rt::server::axum::response::IntoResponse as _;
+                #read_input
+                api.#method(inbound.context() #args).await.into_response()
+            })
+        };
+    }
     quote! {{
         let api = ::std::sync::Arc::clone(&api);
         #scope_clone

@@ -315,6 +315,37 @@ pub fn admit_route(
     route.layer(shedding!(max_in_flight, operation))
 }
 
+/// The route of an operation without a key: each request read whole (up
+/// to [`DEFAULT_BODY_LIMIT`], a `400` or `413` naming the problem
+/// otherwise) and handed to `handle` with the API, inside the operation's
+/// span and metrics (`idem_requests_total{operation}`, as
+/// [`observed`](crate::server::observed) counts them). What a generated
+/// router's every plain route is, so each reads as its handler alone.
+pub fn plain<A, H, Fut>(
+    method: axum::routing::MethodFilter,
+    api: &std::sync::Arc<A>,
+    operation: &'static str,
+    template: &'static str,
+    handle: H,
+) -> axum::routing::MethodRouter
+where
+    A: Send + Sync + 'static,
+    H: Fn(std::sync::Arc<A>, Inbound) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response> + Send + 'static,
+{
+    let api = std::sync::Arc::clone(api);
+    axum::routing::on(method, move |request: Request| {
+        let api = std::sync::Arc::clone(&api);
+        let handle = handle.clone();
+        super::observed(operation, async move {
+            match Inbound::read(request, template, DEFAULT_BODY_LIMIT).await {
+                Ok(inbound) => handle(api, inbound).await,
+                Err(rejection) => rejection.into_response(),
+            }
+        })
+    })
+}
+
 /// `routes` served under `prefix` (a generated router's base path, `/v2`):
 /// nested there, or as they are when the prefix is empty or `/`. A prefix
 /// without its leading `/`, or with a trailing one, means the same path.
