@@ -42,9 +42,9 @@ pub mod server {
     pub use crate::axum;
     pub use crate::protocol::DEFAULT_MAX_IN_FLIGHT;
     pub use crate::server::support::{
-        Context, DEFAULT_BODY_LIMIT, Deadlines, Inbound, Rejection, Style, Upload, acceptable,
-        admit, admit_route, bytes, empty, header, json, keyed, media_type, method_not_allowed,
-        mount, not_found, plain, status_in, text,
+        Context, DEFAULT_BODY_LIMIT, Deadlines, Inbound, Input, Rejection, Route, Style, Upload,
+        acceptable, admit, admit_route, bytes, empty, header, json, keyed, media_type,
+        method_not_allowed, mount, not_found, status_in, text,
     };
     pub use crate::server::{
         Backend, BoxFuture, ClaimAt, ConfigError, Credential, FailureReplay, Fault, ForeignCall,

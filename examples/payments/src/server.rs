@@ -52,6 +52,22 @@ impl<DB: Backend> Payments<DB> {
     }
 }
 
+/// Runs one statement that needs no transaction: on its own over a direct
+/// connection, inside a transaction behind a transaction pooler, where an
+/// unnamed statement is safe only inside one.
+macro_rules! single {
+    ($service:ident, $query:expr, $fetch:ident) => {
+        if $service.named {
+            $query.$fetch(&$service.pool).await?
+        } else {
+            let mut tx = $service.pool.begin().await?;
+            let out = $query.$fetch(&mut *tx).await?;
+            tx.commit().await?;
+            out
+        }
+    };
+}
+
 fn currency(c: NewChargeCurrency) -> ChargeCurrency {
     match c {
         NewChargeCurrency::Usd => ChargeCurrency::Usd,
@@ -209,22 +225,17 @@ macro_rules! payments_api {
             ) -> Result<CreateLegacyChargeReply, Fault> {
                 let body = input.body;
                 let currency = currency(body.currency);
-                // In a transaction of its own, like every statement of this
-                // service: behind a transaction pooler an unnamed statement
-                // is safe only inside one.
-                let mut tx = self.pool.begin().await?;
-                let (id,): (i64,) = sqlx::query_as(
-                    $sql.insert,
-                )
-                .persistent(self.named)
-                .bind(&input.x_account_id)
-                .bind(&body.order_id)
-                .bind(body.amount)
-                .bind(currency_code(currency))
-                .bind(&body.description)
-                .fetch_one(&mut *tx)
-                .await?;
-                tx.commit().await?;
+                let (id,): (i64,) = single!(
+                    self,
+                    sqlx::query_as($sql.insert)
+                        .persistent(self.named)
+                        .bind(&input.x_account_id)
+                        .bind(&body.order_id)
+                        .bind(body.amount)
+                        .bind(currency_code(currency))
+                        .bind(&body.description),
+                    fetch_one
+                );
                 Ok(CreateLegacyChargeReply::Created(Charge {
                     id,
                     order_id: body.order_id,
@@ -241,17 +252,15 @@ macro_rules! payments_api {
                 input: ListChargesInput,
             ) -> Result<ListChargesReply, Fault> {
                 let limit = i64::from(input.limit.unwrap_or(10_000).max(1));
-                let mut tx = self.pool.begin().await?;
-                let rows: Vec<Row> = sqlx::query_as(
-                    $sql.list,
-                )
-                .persistent(self.named)
-                .bind(&input.x_account_id)
-                .bind(&input.order_id)
-                .bind(limit)
-                .fetch_all(&mut *tx)
-                .await?;
-                tx.commit().await?;
+                let rows: Vec<Row> = single!(
+                    self,
+                    sqlx::query_as($sql.list)
+                        .persistent(self.named)
+                        .bind(&input.x_account_id)
+                        .bind(&input.order_id)
+                        .bind(limit),
+                    fetch_all
+                );
                 Ok(ListChargesReply::Ok(rows.into_iter().map(charge).collect()))
             }
 
@@ -260,16 +269,14 @@ macro_rules! payments_api {
                 _cx: Context,
                 input: GetChargeInput,
             ) -> Result<GetChargeReply, Fault> {
-                let mut tx = self.pool.begin().await?;
-                let row: Option<Row> = sqlx::query_as(
-                    $sql.get,
-                )
-                .persistent(self.named)
-                .bind(&input.x_account_id)
-                .bind(input.charge_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                tx.commit().await?;
+                let row: Option<Row> = single!(
+                    self,
+                    sqlx::query_as($sql.get)
+                        .persistent(self.named)
+                        .bind(&input.x_account_id)
+                        .bind(input.charge_id),
+                    fetch_optional
+                );
                 Ok(match row {
                     Some(row) => GetChargeReply::Ok(charge(row)),
                     None => GetChargeReply::NotFound(problem("not_found", "no such charge")),

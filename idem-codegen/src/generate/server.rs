@@ -81,9 +81,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
     let mut route_stmts = Vec::new();
     for (path, handlers) in &routes {
         for (_, handler) in handlers {
-            route_stmts.push(quote! {
-                router = router.route(#path, #handler);
-            });
+            route_stmts.push(quote!(.route(#path, #handler)));
         }
     }
     let status = accepted.then(|| {
@@ -110,11 +108,10 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
         None => quote!(::idem_runtime::rt::server::DEFAULT_MAX_IN_FLIGHT),
     };
     // A spec with no operations leaves the router's arguments unused.
-    let (routes_binding, api_arg, arc) = if route_stmts.is_empty() {
-        (quote!(let router), quote!(_api), None)
+    let (api_arg, arc) = if route_stmts.is_empty() {
+        (quote!(_api), None)
     } else {
         (
-            quote!(let mut router),
             quote!(api),
             Some(quote!(let api = ::std::sync::Arc::new(api);)),
         )
@@ -189,8 +186,7 @@ pub(crate) fn emit(model: &Model, space: &mut TypeSpace<'_>) -> TokenStream {
             A: Api<DB>,
         {
             #arc
-            #routes_binding = ::idem_runtime::rt::server::axum::Router::new();
-            #(#route_stmts)*
+            let router = ::idem_runtime::rt::server::axum::Router::new() #(#route_stmts)*;
             let router = #rt::mount(prefix, router);
             #status
             let router = router
@@ -249,8 +245,6 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     let wiring = wiring(op);
     let method_ident = ident(method);
     let bare = method.trim_start_matches("r#");
-    let reader = naming::prefixed("read", method);
-    let template = &op.path;
 
     // Inputs: path, query, header, cookie parameters, and the body.
     let mut field_namer = Namer::reserving(&["body"]);
@@ -293,7 +287,6 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
         media,
         accept,
         validate,
-        reader: &reader,
     };
     let (input_arg, input_pass) = match &input_ident {
         Some(input) => {
@@ -311,10 +304,13 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     let doc = doc_attrs(&method_doc(op, wiring));
     let deprecated = op.deprecated.then(|| quote!(#[deprecated]));
     let input_arg_list = input_arg.iter();
-    // Before the claim: a refusal records nothing without being marked so.
-    let read_input_unclaimed = read_input(input_pass.is_some().then_some(&reader));
     let http_method = format_ident!("{}", op.method.as_str().to_ascii_lowercase());
     let routing = quote!(::idem_runtime::rt::server::axum::routing);
+    let route = route_of(op, upload);
+    let input_pat = match &input_pass {
+        Some(input) => quote!(#input),
+        None => quote!(()),
+    };
     let mut accepted = false;
     let (trait_method, route) = match wiring {
         Wiring::Plain => (
@@ -323,16 +319,11 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                 #deprecated
                 fn #method_ident(&self, cx: #rt::Context #(, #input_arg_list)*) -> impl ::std::future::Future<Output = ::std::result::Result<#reply_ident, #rt::Fault>> + ::std::marker::Send;
             },
-            plain_route(
-                op,
-                &http_method,
-                &method_ident,
-                input_pass.as_ref().map(|_| &reader),
-                upload,
-            ),
+            plain_route(op, route, &method_ident, &input_pat, input_pass.as_ref()),
         ),
         Wiring::Keyed => {
             let policy = policy(op, &mut accepted);
+            let input_pass = input_pass.iter();
             let scoped = credential_scope(model, op);
             (
                 quote! {
@@ -340,17 +331,11 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                     #deprecated
                     fn #method_ident(&self, cx: #rt::Context, tx: #rt::IdemTx<DB> #(, #input_arg_list)*) -> impl ::std::future::Future<Output = ::std::result::Result<#reply_ident, #rt::Fault>> + ::std::marker::Send;
                 },
-                keyed_route(&KeyedRoute {
-                    name: op.stable_name(),
-                    template,
-                    http_method: &http_method,
-                    method: &method_ident,
-                    policy,
-                    scoped,
-                    read_input: &read_input_unclaimed,
-                    args: input_pass.iter().map(|p| quote!(, #p)).collect(),
-                    upload,
-                }),
+                quote! {
+                    #route.keyed(&api, idem #scoped .with_policy(#policy)?, |api, cx, tx, #input_pat| async move {
+                        api.#method_ident(cx, tx #(, #input_pass)*).await
+                    })
+                },
             )
         }
         Wiring::Phased => {
@@ -363,7 +348,6 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
                 method,
                 &reply_ident,
                 input_ident.as_ref(),
-                &reader,
             );
             items.push(phased.items);
             let steps = &phased.first;
@@ -390,20 +374,6 @@ fn operation(model: &Model, space: &mut TypeSpace<'_>, op: &Operation, method: &
     }
 }
 
-/// The input read before the claim, by `reader` when the operation has
-/// inputs: a refusal records nothing.
-fn read_input(reader: Option<&proc_macro2::Ident>) -> TokenStream {
-    match reader {
-        Some(reader) => quote! {
-            let input = match #reader(inbound).await {
-                ::std::result::Result::Ok(input) => input,
-                ::std::result::Result::Err(rejection) => return rejection.into_response(),
-            };
-        },
-        None => TokenStream::new(),
-    }
-}
-
 /// `route` behind the operation's own in-flight limit, when it declares one.
 fn admitted(op: &Operation, route: TokenStream) -> TokenStream {
     let rt = rt();
@@ -417,37 +387,27 @@ fn admitted(op: &Operation, route: TokenStream) -> TokenStream {
     }
 }
 
-/// A plain operation's route: the request read, the caller identified when
-/// a required header names it, the inputs read, and the handler's answer.
-/// `reader`: the input reader, when the operation has inputs.
+/// The start of an operation's route: its method, name and path, and
+/// whether its body is an upload (read as it arrives, under the policy's
+/// `max_request_body`).
+fn route_of(op: &Operation, upload: bool) -> TokenStream {
+    let rt = rt();
+    let filter = format_ident!("{}", op.method.as_str().to_ascii_uppercase());
+    let name = op.stable_name();
+    let template = &op.path;
+    let upload = upload.then(|| quote!(.upload(idem.policy().max_request_body_bytes())));
+    quote!(#rt::Route::new(::idem_runtime::rt::server::axum::routing::MethodFilter::#filter, #name, #template) #upload)
+}
+
+/// A plain operation's route: the caller identified when a required header
+/// names it, then the handler called with the inputs.
 fn plain_route(
     op: &Operation,
-    http_method: &proc_macro2::Ident,
+    route: TokenStream,
     method: &proc_macro2::Ident,
-    reader: Option<&proc_macro2::Ident>,
-    upload: bool,
+    input_pat: &TokenStream,
+    input: Option<&TokenStream>,
 ) -> TokenStream {
-    let rt = rt();
-    let routing = quote!(::idem_runtime::rt::server::axum::routing);
-    let template = &op.path;
-    let args = reader.map(|_| quote!(, input));
-    // An upload is capped by the policy's `max_request_body` (it is read
-    // as it arrives); other bodies, read whole, by the default cap.
-    let read = if upload {
-        quote!(#rt::Inbound::read_upload(request, #template, limit))
-    } else {
-        quote!(#rt::Inbound::read(request, #template, #rt::DEFAULT_BODY_LIMIT).await)
-    };
-    let limit = upload.then(|| quote!(let limit = idem.policy().max_request_body_bytes();));
-    let read_input = match reader {
-        Some(reader) => quote! {
-            let input = match #reader(&inbound).await {
-                ::std::result::Result::Ok(input) => input,
-                ::std::result::Result::Err(rejection) => return #rt::Reject(rejection).into_response(),
-            };
-        },
-        None => TokenStream::new(),
-    };
     // Required header parameters: where one is the caller's scope, a route
     // without a key identifies the caller as keyed routes do.
     let required_headers: Vec<&str> = op
@@ -456,119 +416,24 @@ fn plain_route(
         .filter(|p| p.location == "header" && p.required && !is_key_parameter(op, p))
         .map(|p| p.name.as_str())
         .collect();
-    let (scope_clone, scope_check) = if required_headers.is_empty() {
-        (TokenStream::new(), TokenStream::new())
-    } else {
-        (
-            quote!(let idem = ::std::clone::Clone::clone(idem);),
-            quote! {
-                if let ::std::result::Result::Err(refusal) = idem.require_scope(inbound.parts(), &[#(#required_headers),*]) {
-                    return refusal.into_response();
-                }
-            },
-        )
-    };
-    let name = op.stable_name();
-    if !upload && required_headers.is_empty() {
-        // The common route: the request read by the runtime, the inputs
-        // and the handler here.
-        let filter = format_ident!("{}", op.method.as_str().to_ascii_uppercase());
-        return quote! {
-            #rt::plain(::idem_runtime::rt::server::axum::routing::MethodFilter::#filter, &api, #name, #template, |api, inbound| async move {
-                use ::idem_runtime::rt::server::axum::response::IntoResponse as _;
-                #read_input
-                api.#method(inbound.context() #args).await.into_response()
-            })
-        };
+    let scoped =
+        (!required_headers.is_empty()).then(|| quote!(.scoped(idem, &[#(#required_headers),*])));
+    let input = input.map(|input| quote!(, #input));
+    quote! {
+        #route #scoped .plain(&api, |api, cx, #input_pat| async move {
+            api.#method(cx #input).await
+        })
     }
-    quote! {{
-        let api = ::std::sync::Arc::clone(&api);
-        #scope_clone
-        #limit
-        #routing::#http_method(move |request: ::idem_runtime::rt::server::axum::extract::Request| #rt::observed(#name, async move {
-            use ::idem_runtime::rt::server::axum::response::IntoResponse as _;
-            let inbound = match #read {
-                ::std::result::Result::Ok(inbound) => inbound,
-                ::std::result::Result::Err(rejection) => return rejection.into_response(),
-            };
-            #scope_check
-            #read_input
-            api.#method(inbound.context() #args).await.into_response()
-        }))
-    }}
-}
-
-/// What the route of a keyed operation is made of.
-struct KeyedRoute<'r> {
-    /// The operation's name, which its requests are counted under.
-    name: &'r str,
-    template: &'r str,
-    http_method: &'r proc_macro2::Ident,
-    method: &'r proc_macro2::Ident,
-    policy: TokenStream,
-    scoped: TokenStream,
-    read_input: &'r TokenStream,
-    /// `, input` when the operation has inputs.
-    args: TokenStream,
-    /// The body is an upload: spooled while it is fingerprinted.
-    upload: bool,
-}
-
-/// A keyed operation's route: the key read, the inputs read before the
-/// claim, the claim, the handler in the key's transaction, and the reply
-/// stored as the claim finishes.
-fn keyed_route(r: &KeyedRoute<'_>) -> TokenStream {
-    let rt = rt();
-    let routing = quote!(::idem_runtime::rt::server::axum::routing);
-    let KeyedRoute {
-        name,
-        template,
-        http_method,
-        method,
-        policy,
-        scoped,
-        read_input,
-        args,
-        upload,
-    } = r;
-    let read = if *upload {
-        quote!(read_keyed_upload)
-    } else {
-        quote!(read_keyed)
-    };
-    quote! {{
-        let api = ::std::sync::Arc::clone(&api);
-        let idem = idem #scoped .with_policy(#policy)?;
-        #routing::#http_method(move |request: ::idem_runtime::rt::server::axum::extract::Request| #rt::observed(#name, async move {
-            use ::idem_runtime::rt::server::axum::response::IntoResponse as _;
-            let keyed = match idem.#read(request, #template).await {
-                ::std::result::Result::Ok(keyed) => keyed,
-                ::std::result::Result::Err(refusal) => return refusal,
-            };
-            let inbound = keyed.inbound();
-            #read_input
-            let cx = inbound.context();
-            let (tx, claimed) = match keyed.claim().await {
-                ::std::result::Result::Ok(claimed) => claimed,
-                ::std::result::Result::Err(answer) => return answer,
-            };
-            // Clients called inside derive their keys from this one.
-            let keyed = cx.clone();
-            let reply = #rt::keyed(&keyed, api.#method(cx, tx #args)).await.into_response();
-            claimed.finish(reply).await
-        }))
-    }}
 }
 
 /// What the input reader checks around reading the fields: the media
 /// type, `Accept`, and the deferred schema checks.
-struct Reading<'r> {
+struct Reading {
     /// The body is an upload, read by the handler as it arrives.
     upload: bool,
     media: Option<TokenStream>,
     accept: Option<TokenStream>,
     validate: TokenStream,
-    reader: &'r proc_macro2::Ident,
 }
 
 /// The input struct of an operation and the function that reads a request
@@ -578,14 +443,13 @@ fn input_items(
     input: &proc_macro2::Ident,
     method: &str,
     bare: &str,
-    reading: &Reading<'_>,
+    reading: &Reading,
 ) -> TokenStream {
     let rt = rt();
     let Reading {
         media,
         accept,
         validate,
-        reader,
         ..
     } = reading;
     let decls = fields.iter().map(|f| &f.decl);
@@ -604,14 +468,16 @@ fn input_items(
             #(#decls)*
         }
 
-        async fn #reader(inbound: &#rt::Inbound) -> ::std::result::Result<#input, #rt::Rejection> {
-            #media
-            #accept
-            let input = #input {
-                #(#reads)*
-            };
-            #validate
-            ::std::result::Result::Ok(input)
+        impl #rt::Input for #input {
+            async fn read(inbound: &#rt::Inbound) -> ::std::result::Result<Self, #rt::Rejection> {
+                #media
+                #accept
+                let input = Self {
+                    #(#reads)*
+                };
+                #validate
+                ::std::result::Result::Ok(input)
+            }
         }
     }
 }

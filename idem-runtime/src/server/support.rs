@@ -22,6 +22,7 @@ use super::response::Reply;
 
 mod inbound;
 mod rejection;
+mod route;
 
 pub use super::upload::{Upload, UploadError};
 use inbound::Deadline;
@@ -29,6 +30,7 @@ pub(crate) use inbound::declares_more_than;
 pub use inbound::{Context, Inbound, Node, Style};
 pub use rejection::Rejection;
 use rejection::refusal;
+pub use route::{Input, Route};
 
 /// The default cap on a request body read by a route without a key (keyed
 /// routes use their policy's `max_request_body`).
@@ -313,37 +315,6 @@ pub fn admit_route(
     operation: &'static str,
 ) -> axum::routing::MethodRouter {
     route.layer(shedding!(max_in_flight, operation))
-}
-
-/// The route of an operation without a key: each request read whole (up
-/// to [`DEFAULT_BODY_LIMIT`], a `400` or `413` naming the problem
-/// otherwise) and handed to `handle` with the API, inside the operation's
-/// span and metrics (`idem_requests_total{operation}`, as
-/// [`observed`](crate::server::observed) counts them). What a generated
-/// router's every plain route is, so each reads as its handler alone.
-pub fn plain<A, H, Fut>(
-    method: axum::routing::MethodFilter,
-    api: &std::sync::Arc<A>,
-    operation: &'static str,
-    template: &'static str,
-    handle: H,
-) -> axum::routing::MethodRouter
-where
-    A: Send + Sync + 'static,
-    H: Fn(std::sync::Arc<A>, Inbound) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Response> + Send + 'static,
-{
-    let api = std::sync::Arc::clone(api);
-    axum::routing::on(method, move |request: Request| {
-        let api = std::sync::Arc::clone(&api);
-        let handle = handle.clone();
-        super::observed(operation, async move {
-            match Inbound::read(request, template, DEFAULT_BODY_LIMIT).await {
-                Ok(inbound) => handle(api, inbound).await,
-                Err(rejection) => rejection.into_response(),
-            }
-        })
-    })
 }
 
 /// `routes` served under `prefix` (a generated router's base path, `/v2`):

@@ -30,7 +30,6 @@ pub(super) fn phased(
     method: &str,
     reply: &proc_macro2::Ident,
     input: Option<&proc_macro2::Ident>,
-    reader: &proc_macro2::Ident,
 ) -> Phased {
     let rt = rt();
     let phases: Vec<String> = op
@@ -73,11 +72,11 @@ pub(super) fn phased(
         }
     });
     let (read, pass) = match input {
-        Some(_) => (
+        Some(input) => (
             quote! {
                 let inbound = #rt::Inbound::stored(run.method(), run.path(), run.body(), #template)
                     .map_err(|r| #rt::StepError::Reject(::std::boxed::Box::new(r.into_reply())))?;
-                let input = #reader(&inbound)
+                let input = <#input as #rt::Input>::read(&inbound)
                     .await
                     .map_err(|r| #rt::StepError::Reject(::std::boxed::Box::new(r.into_reply())))?;
             },
