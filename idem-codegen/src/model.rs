@@ -635,11 +635,7 @@ impl Model {
         let Some(url) = self.servers.first() else {
             return "";
         };
-        let rest = url
-            .strip_prefix("https://")
-            .or_else(|| url.strip_prefix("http://"))
-            .map_or(Some(url.as_str()), |r| r.find('/').map(|at| &r[at..]));
-        let path = rest.unwrap_or_default();
+        let (_, path) = shape::server_parts(url);
         let path = path.split(['?', '#']).next().unwrap_or_default();
         let path = path.trim_end_matches('/');
         if !path.starts_with('/') || path.contains(['{', '}']) {

@@ -50,6 +50,54 @@ pub mod types {
         }
     }
 
+    /// The documented error responses.
+    #[cfg(feature = "charges")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum CreateChargeError {
+        /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
+        BadRequest,
+        /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
+        ServiceUnavailable(CreateChargeErrorServiceUnavailable),
+        /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
+        GatewayTimeout,
+        /// `409`: The key is in use, or was used with another request.
+        Conflict(Problem),
+        /// `422`: The key is in use, or was used with another request.
+        UnprocessableEntity(Problem),
+    }
+
+    /// A `503` response with its documented headers.
+    #[cfg(feature = "charges")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CreateChargeErrorServiceUnavailable {
+        /// The `Retry-After` response header.
+        pub retry_after: Option<i64>,
+    }
+
+    /// The documented error responses.
+    #[cfg(feature = "notes")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum CreateNoteError {
+        /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
+        BadRequest,
+        /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
+        ServiceUnavailable(CreateNoteErrorServiceUnavailable),
+        /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
+        GatewayTimeout,
+        /// `409`: The key is in use, or was used with another request.
+        Conflict(Problem),
+        /// `422`: The key is in use, or was used with another request.
+        UnprocessableEntity(Problem),
+    }
+
+    /// A `503` response with its documented headers.
+    #[cfg(feature = "notes")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CreateNoteErrorServiceUnavailable {
+        /// The `Retry-After` response header.
+        pub retry_after: Option<i64>,
+    }
+
     #[cfg(feature = "notes")]
     object! {
         #[derive(Debug, Clone, PartialEq)]
@@ -57,6 +105,66 @@ pub mod types {
             #[json("text")]
             pub text: String,
         }
+    }
+
+    /// The documented error responses.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum CreateOrderError {
+        /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
+        ServiceUnavailable(CreateOrderErrorServiceUnavailable),
+        /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
+        GatewayTimeout,
+        /// `400`: Invalid order.
+        BadRequest(Problem),
+        /// `409`: The key is in use, or was used with another request.
+        Conflict(Problem),
+        /// `422`: The key is in use, or was used with another request.
+        UnprocessableEntity(Problem),
+        /// `429`: Too many requests.
+        TooManyRequests(Throttled),
+    }
+
+    /// A `503` response with its documented headers.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CreateOrderErrorServiceUnavailable {
+        /// The `Retry-After` response header.
+        pub retry_after: Option<i64>,
+    }
+
+    /// A `201` response with its documented headers.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CreateOrderResponse {
+        /// The response body.
+        pub body: Order,
+        /// The `X-Request-Cost` response header.
+        pub x_request_cost: Option<i64>,
+    }
+
+    /// The documented error responses.
+    #[cfg(feature = "uploads")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum CreateUploadError {
+        /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
+        BadRequest,
+        /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
+        ServiceUnavailable(CreateUploadErrorServiceUnavailable),
+        /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
+        GatewayTimeout,
+        /// `409`: The key is in use, or was used with another request.
+        Conflict(Problem),
+        /// `422`: The key is in use, or was used with another request.
+        UnprocessableEntity(Problem),
+    }
+
+    /// A `503` response with its documented headers.
+    #[cfg(feature = "uploads")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CreateUploadErrorServiceUnavailable {
+        /// The `Retry-After` response header.
+        pub retry_after: Option<i64>,
     }
 
     #[cfg(feature = "uploads")]
@@ -70,6 +178,26 @@ pub mod types {
         }
     }
 
+    /// The documented error responses.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum GetOrderError {
+        /// `404`: No such order.
+        NotFound(GetOrderErrorNotFound),
+        /// `429`: Too many requests.
+        TooManyRequests(Throttled),
+    }
+
+    /// A `404` response with its documented headers.
+    #[cfg(feature = "orders")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct GetOrderErrorNotFound {
+        /// The response body.
+        pub body: Problem,
+        /// The `X-Correlation-Id` response header.
+        pub x_correlation_id: Option<String>,
+    }
+
     #[cfg(feature = "orders")]
     object! {
         #[derive(Debug, Clone, PartialEq, Default)]
@@ -77,6 +205,22 @@ pub mod types {
             #[json("status", optional)]
             pub status: Option<String>,
         }
+    }
+
+    /// The documented error responses.
+    #[cfg(feature = "health")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum HealthError {
+        /// `503`: Down.
+        ServiceUnavailable(HealthErrorServiceUnavailable),
+    }
+
+    /// A `503` response with its documented headers.
+    #[cfg(feature = "health")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct HealthErrorServiceUnavailable {
+        /// The `Retry-After` response header.
+        pub retry_after: Option<i64>,
     }
 
     #[cfg(feature = "health")]
@@ -191,6 +335,14 @@ pub mod types {
             #[json("code", optional)]
             pub code: Option<String>,
         }
+    }
+
+    /// A `204` response with its documented headers.
+    #[cfg(feature = "blobs")]
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct PutBlobResponse {
+        /// The `ETag` response header.
+        pub e_tag: Option<String>,
     }
 
     #[cfg(feature = "refunds")]
@@ -397,14 +549,6 @@ pub mod client {
         }
     }
 
-    /// A `204` response with its documented headers.
-    #[cfg(feature = "blobs")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct PutBlobResponse {
-        /// The `ETag` response header.
-        pub e_tag: Option<String>,
-    }
-
     /// `PUT /blobs/{name}`: its retry class, key and policy.
     #[cfg(feature = "blobs")]
     const OP_PUT_BLOB: OperationSpec = OperationSpec {
@@ -470,30 +614,6 @@ pub mod client {
         request.form(body, &["metadata", "shipping", "expand"]);
     }
 
-    /// A `503` response with its documented headers.
-    #[cfg(feature = "charges")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct CreateChargeErrorServiceUnavailable {
-        /// The `Retry-After` response header.
-        pub retry_after: Option<i64>,
-    }
-
-    /// The documented error responses.
-    #[cfg(feature = "charges")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub enum CreateChargeError {
-        /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
-        BadRequest,
-        /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
-        ServiceUnavailable(CreateChargeErrorServiceUnavailable),
-        /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
-        GatewayTimeout,
-        /// `409`: The key is in use, or was used with another request.
-        Conflict(Problem),
-        /// `422`: The key is in use, or was used with another request.
-        UnprocessableEntity(Problem),
-    }
-
     /// `POST /charges`: its retry class, key and policy.
     #[cfg(feature = "charges")]
     const OP_CREATE_CHARGE: OperationSpec = OperationSpec {
@@ -551,22 +671,6 @@ pub mod client {
         }
     }
 
-    /// A `503` response with its documented headers.
-    #[cfg(feature = "health")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct HealthErrorServiceUnavailable {
-        /// The `Retry-After` response header.
-        pub retry_after: Option<i64>,
-    }
-
-    /// The documented error responses.
-    #[cfg(feature = "health")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub enum HealthError {
-        /// `503`: Down.
-        ServiceUnavailable(HealthErrorServiceUnavailable),
-    }
-
     /// `GET /health`: its retry class, key and policy.
     #[cfg(feature = "health")]
     const OP_HEALTH: OperationSpec = OperationSpec {
@@ -617,30 +721,6 @@ pub mod client {
         Json(CreateNoteRequestJson),
         /// `text/plain`
         Text(String),
-    }
-
-    /// A `503` response with its documented headers.
-    #[cfg(feature = "notes")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct CreateNoteErrorServiceUnavailable {
-        /// The `Retry-After` response header.
-        pub retry_after: Option<i64>,
-    }
-
-    /// The documented error responses.
-    #[cfg(feature = "notes")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub enum CreateNoteError {
-        /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
-        BadRequest,
-        /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
-        ServiceUnavailable(CreateNoteErrorServiceUnavailable),
-        /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
-        GatewayTimeout,
-        /// `409`: The key is in use, or was used with another request.
-        Conflict(Problem),
-        /// `422`: The key is in use, or was used with another request.
-        UnprocessableEntity(Problem),
     }
 
     /// `POST /notes`: its retry class, key and policy.
@@ -699,42 +779,6 @@ pub mod client {
         }
     }
 
-    /// A `201` response with its documented headers.
-    #[cfg(feature = "orders")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct CreateOrderResponse {
-        /// The response body.
-        pub body: Order,
-        /// The `X-Request-Cost` response header.
-        pub x_request_cost: Option<i64>,
-    }
-
-    /// A `503` response with its documented headers.
-    #[cfg(feature = "orders")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct CreateOrderErrorServiceUnavailable {
-        /// The `Retry-After` response header.
-        pub retry_after: Option<i64>,
-    }
-
-    /// The documented error responses.
-    #[cfg(feature = "orders")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub enum CreateOrderError {
-        /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
-        ServiceUnavailable(CreateOrderErrorServiceUnavailable),
-        /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
-        GatewayTimeout,
-        /// `400`: Invalid order.
-        BadRequest(Problem),
-        /// `409`: The key is in use, or was used with another request.
-        Conflict(Problem),
-        /// `422`: The key is in use, or was used with another request.
-        UnprocessableEntity(Problem),
-        /// `429`: Too many requests.
-        TooManyRequests(Throttled),
-    }
-
     /// `POST /orders`: its retry class, key and policy.
     #[cfg(feature = "orders")]
     const OP_CREATE_ORDER: OperationSpec = OperationSpec {
@@ -790,26 +834,6 @@ pub mod client {
         pub filter: Option<GetOrderFilter>,
         /// `X-Trace` (header parameter).
         pub x_trace: Option<String>,
-    }
-
-    /// A `404` response with its documented headers.
-    #[cfg(feature = "orders")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct GetOrderErrorNotFound {
-        /// The response body.
-        pub body: Problem,
-        /// The `X-Correlation-Id` response header.
-        pub x_correlation_id: Option<String>,
-    }
-
-    /// The documented error responses.
-    #[cfg(feature = "orders")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub enum GetOrderError {
-        /// `404`: No such order.
-        NotFound(GetOrderErrorNotFound),
-        /// `429`: Too many requests.
-        TooManyRequests(Throttled),
     }
 
     /// `GET /orders/{id}`: its retry class, key and policy.
@@ -937,30 +961,6 @@ pub mod client {
         parts.field("name", &body.name);
         parts.bytes("file", &body.file, None);
         parts
-    }
-
-    /// A `503` response with its documented headers.
-    #[cfg(feature = "uploads")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct CreateUploadErrorServiceUnavailable {
-        /// The `Retry-After` response header.
-        pub retry_after: Option<i64>,
-    }
-
-    /// The documented error responses.
-    #[cfg(feature = "uploads")]
-    #[derive(Debug, Clone, PartialEq)]
-    pub enum CreateUploadError {
-        /// `400`: `idempotency_key_missing` or `idempotency_key_invalid`: fix the key; do not retry as is
-        BadRequest,
-        /// `503`: `overloaded` or `idempotency_store_unavailable`: retry after the delay, with the same key
-        ServiceUnavailable(CreateUploadErrorServiceUnavailable),
-        /// `504`: `deadline_exceeded`: retry with the same key to learn the outcome
-        GatewayTimeout,
-        /// `409`: The key is in use, or was used with another request.
-        Conflict(Problem),
-        /// `422`: The key is in use, or was used with another request.
-        UnprocessableEntity(Problem),
     }
 
     /// `POST /uploads`: its retry class, key and policy.

@@ -10,7 +10,7 @@ use idem_runtime::protocol;
 
 use super::schedule::{self, Schedule};
 use super::text;
-use crate::model::shape::sample::is_json;
+use crate::model::shape::{self, sample::is_json};
 use crate::model::{self, KeySource, Model, Operation, RetryClass, RetryPolicy};
 use crate::vocab::{
     Backoff, ClaimAt, FailureReplay, InFlight, KeyRequirement, Scope, format_duration,
@@ -298,7 +298,7 @@ impl DocsView {
         let mut admission = Vec::new();
         let (mut paged, mut streamed) = (Vec::new(), Vec::new());
         for (op, anchor) in ops.iter().zip(anchors) {
-            let endpoint = endpoint(model.base_path(), op, anchor, &root, &root_retry);
+            let endpoint = endpoint(model, op, anchor, &root, &root_retry);
             if crate::model::shape::streams_events(op) {
                 streamed.push(endpoint.clone());
             } else if let Ok(Some(paging)) = crate::model::shape::paging::recognise(model, op) {
@@ -394,7 +394,7 @@ impl DocsView {
             resumed: keyed_ops
                 .iter()
                 .filter(|o| o.phases.as_ref().is_some_and(|p| !p.value.is_empty()))
-                .map(|o| resumed(model.base_path(), o, &root, &root_retry))
+                .map(|o| resumed(model, o, &root, &root_retry))
                 .collect(),
             resume_wire: ResumeWire {
                 incomplete_code: protocol::INCOMPLETE.code,
@@ -409,10 +409,15 @@ impl DocsView {
     }
 }
 
-fn resumed(base: &str, op: &Operation, root: &model::KeySettings, retry: &RetryPolicy) -> Resumed {
+fn resumed(
+    model: &Model,
+    op: &Operation,
+    root: &model::KeySettings,
+    retry: &RetryPolicy,
+) -> Resumed {
     let r = &op.settings.resume;
     Resumed {
-        endpoint: endpoint(base, op, text::anchor(&op.name), root, retry),
+        endpoint: endpoint(model, op, text::anchor(&op.name), root, retry),
         phases: op
             .phases
             .as_ref()
@@ -439,7 +444,7 @@ fn key_carrier(op: &Operation) -> (bool, String) {
 /// `base`: the first server's path, which every path the page shows
 /// starts with, as the client calls it and the router serves it.
 fn endpoint(
-    base: &str,
+    model: &Model,
     op: &Operation,
     anchor: String,
     root: &model::KeySettings,
@@ -450,7 +455,7 @@ fn endpoint(
     Endpoint {
         anchor,
         method: op.method.as_str(),
-        path: text::clean(&format!("{base}{}", op.path)),
+        path: text::clean(&shape::full_path(model, op)),
         operation: text::clean(&op.name),
         summary: op
             .summary
@@ -694,17 +699,6 @@ fn error_body_note(model: &Model, keyed: &[&&Operation]) -> Option<String> {
     ))
 }
 
-/// `https://api.bank.example/v1` → `api.bank.example`; `None` for a
-/// relative or templated server URL, which names no host to show.
-fn server_host(url: &str) -> Option<String> {
-    let rest = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))?;
-    let host = rest.split('/').next().unwrap_or(rest);
-    (!host.is_empty() && !host.contains(['{', '}']) && !rest.contains(['{', '}']))
-        .then(|| host.to_owned())
-}
-
 /// A body for the page: the spec's own example where it shows one, field
 /// by field, and the smallest valid value elsewhere (the probe's); the
 /// required fields of an object only.
@@ -775,7 +769,7 @@ fn example(model: &Model, op: &Operation) -> Example {
         let query: Vec<String> = r.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
         filled = format!("{filled}?{}", query.join("&"));
     }
-    let server = model.servers.first().and_then(|s| server_host(s));
+    let server = shape::server_host(model);
     let host = server
         .clone()
         .unwrap_or_else(|| "api.example.com".to_owned());

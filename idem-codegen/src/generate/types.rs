@@ -22,6 +22,7 @@ use crate::model::schema::{
 use crate::source::Pos;
 
 pub(crate) mod defs;
+mod errors;
 mod render;
 mod settle;
 mod validate;
@@ -67,6 +68,11 @@ pub(crate) struct TypeSpace<'m> {
     /// The items of those structs, by definition index: rendered with the
     /// types.
     shared_items: std::collections::HashMap<usize, TokenStream>,
+    /// The operations' error enums, defined when the space finishes.
+    errors: errors::ErrorEnums,
+    /// What a definition built apart (a shared response's struct, an error
+    /// enum or its alias) names, for the features that gate it.
+    reach: std::collections::HashMap<usize, Vec<Ty>>,
 }
 
 /// A shared response's struct: its definition, its name, and the field of
@@ -76,8 +82,6 @@ pub(crate) struct SharedResponse {
     pub(crate) index: usize,
     pub(crate) name: String,
     pub(crate) body: bool,
-    /// The body's type, which the struct reaches.
-    body_ty: Option<Ty>,
     pub(crate) headers: Vec<(String, String)>,
 }
 
@@ -177,6 +181,8 @@ impl<'m> TypeSpace<'m> {
             features: None,
             shared: std::collections::HashMap::new(),
             shared_items: std::collections::HashMap::new(),
+            errors: errors::ErrorEnums::default(),
+            reach: std::collections::HashMap::new(),
         };
         // Named schemas claim their names before any inline type does: all
         // of them for the whole API, those the operations reach for a part.
@@ -234,11 +240,14 @@ impl<'m> TypeSpace<'m> {
                 }
             },
         );
+        // Built apart, it reaches its body.
+        if let Some(body) = body {
+            self.reach.insert(index, vec![body.clone()]);
+        }
         let shared = SharedResponse {
             index,
             name,
             body: body.is_some(),
-            body_ty: body.cloned(),
             headers: named,
         };
         self.shared.insert(component.to_owned(), shared.clone());
@@ -275,23 +284,19 @@ impl<'m> TypeSpace<'m> {
                 *slot = built;
             }
         }
+        self.settle_errors();
         self.share_duplicates();
         self.settle();
         self.mark_validated();
         if let Some(mut features) = self.features.take() {
             let defs = &self.defs;
-            // A shared response's struct is built apart: it reaches its body.
-            let bodies: std::collections::HashMap<usize, &Ty> = self
-                .shared
-                .values()
-                .filter_map(|s| s.body_ty.as_ref().map(|ty| (s.index, ty)))
-                .collect();
+            let apart = &self.reach;
             features.settle(defs, |index| {
                 let mut out = Vec::new();
                 if let Some(def) = defs.get(index) {
                     body_reaches(&def.body, true, &mut out);
                 }
-                if let Some(ty) = bodies.get(&index) {
+                for ty in apart.get(&index).into_iter().flatten() {
                     reached(ty, true, &mut out);
                 }
                 out

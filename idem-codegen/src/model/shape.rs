@@ -23,6 +23,30 @@ pub fn full_path(model: &Model, op: &Operation) -> String {
     format!("{}{}", model.base_path(), op.path)
 }
 
+/// A server URL's host and path: `https://api.example.com/v2` is
+/// `(Some("api.example.com"), "/v2")`; a relative URL (`/v2`) has no host.
+pub(crate) fn server_parts(url: &str) -> (Option<&str>, &str) {
+    match url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+    {
+        Some(rest) => match rest.find('/') {
+            Some(at) => (Some(&rest[..at]), &rest[at..]),
+            None => (Some(rest), ""),
+        },
+        None => (None, url),
+    }
+}
+
+/// The first server's host, which the docs page's examples call:
+/// `None` when it is relative or templated, naming no host to show.
+pub fn server_host(model: &Model) -> Option<String> {
+    let (host, path) = server_parts(model.servers.first()?);
+    let host = host?;
+    (!host.is_empty() && !host.contains(['{', '}']) && !path.contains(['{', '}']))
+        .then(|| host.to_owned())
+}
+
 /// Whether an operation's success answer declares `text/event-stream`.
 pub fn streams_events(op: &Operation) -> bool {
     op.responses

@@ -122,7 +122,6 @@ fn arm(status: &str, success: bool, value: &TokenStream, exact: &[u16]) -> Token
 /// struct takes the side's own name.
 fn with_headers(
     space: &mut TypeSpace<'_>,
-    items: &mut Vec<TokenStream>,
     o: &Outcome,
     base: Ty,
     name: &str,
@@ -169,15 +168,22 @@ fn with_headers(
         inits.push(quote!(#field: raw.header(#header),));
     }
     let doc = format!(" A `{}` response with its documented headers.", o.status);
-    items.push(quote! {
-        #[doc = #doc]
-        #[derive(Debug, Clone, PartialEq)]
-        pub struct #struct_ident {
-            #body_field
-            #(#fields)*
-        }
-    });
+    // Defined with the types, where an error enum that holds it is.
     let index = space.reserve(&struct_name);
+    let mut reaches: Vec<Ty> = o.headers.iter().map(|(_, ty)| ty.clone()).collect();
+    reaches.push(base);
+    space.define_apart(
+        index,
+        quote! {
+            #[doc = #doc]
+            #[derive(Debug, Clone, PartialEq)]
+            pub struct #struct_ident {
+                #body_field
+                #(#fields)*
+            }
+        },
+        reaches,
+    );
     let init = quote!(#struct_ident { #body_init #(#inits)* });
     (Ty::Def(index), Some(init))
 }
@@ -231,7 +237,7 @@ fn side(
         && !only.headers.is_empty()
     {
         let base = only.ty.clone().unwrap_or(Ty::Unit);
-        let (ty, init) = with_headers(space, items, only, base, name, single);
+        let (ty, init) = with_headers(space, only, base, name, single);
         let init = init.unwrap_or_default();
         let value = if only.ty.is_some() {
             let read = read(only);
@@ -263,9 +269,13 @@ fn side(
     let enum_ident = ident(&enum_name);
     let mut namer = Namer::default();
     let mut variants = Vec::new();
+    let mut variant_names = Vec::new();
+    let mut payloads = Vec::new();
     let mut arms = Vec::new();
     for o in &outcomes {
-        let variant = ident(&namer.unique(&status_variant(&o.status)));
+        let variant_name = namer.unique(&status_variant(&o.status));
+        let variant = ident(&variant_name);
+        variant_names.push(variant_name);
         let base = o.ty.clone();
         let mut doc = format!("`{}`", o.status);
         if let Some(description) = o
@@ -281,8 +291,7 @@ fn side(
         let (payload_ty, init) = match base {
             None if o.headers.is_empty() => (None, None),
             base => {
-                let (ty, init) =
-                    with_headers(space, items, o, base.unwrap_or(Ty::Unit), name, single);
+                let (ty, init) = with_headers(space, o, base.unwrap_or(Ty::Unit), name, single);
                 (Some(ty), init)
             }
         };
@@ -302,25 +311,27 @@ fn side(
             Some(ty) => {
                 let t = space.tokens(ty);
                 variants.push(quote!(#doc #variant(#t),));
+                payloads.push(ty.clone());
             }
             None => variants.push(quote!(#doc #variant,)),
         }
         let value = wrap(value);
         arms.push(arm(&o.status, success, &value, &exact));
     }
-    let doc = if success {
-        " The documented successful responses."
-    } else {
-        " The documented error responses."
-    };
-    items.push(quote! {
-        #[doc = #doc]
-        #[derive(Debug, Clone, PartialEq)]
-        pub enum #enum_ident {
-            #(#variants)*
-        }
-    });
     let index = space.reserve(&enum_name);
+    if success {
+        items.push(quote! {
+            #[doc = " The documented successful responses."]
+            #[derive(Debug, Clone, PartialEq)]
+            pub enum #enum_ident {
+                #(#variants)*
+            }
+        });
+    } else {
+        // Defined with the types: shared by the operations whose errors
+        // are the same.
+        space.error_enum(index, quote!(#(#variants)*), variant_names, payloads);
+    }
     (Some(Ty::Def(index)), arms)
 }
 
