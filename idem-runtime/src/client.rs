@@ -64,8 +64,8 @@ pub use breaker::{BreakerConfig, CircuitBreaker, CircuitState, Permit, Refused};
 pub use budget::{BudgetConfig, RetryBudget, RetryCost};
 pub use class::{Operation, RetryClass, UnknownRetryClass};
 pub use classify::{
-    Observation, RETRY_AFTER_MS_HEADER, RETRY_HINT_HEADER, Verdict, classify, retry_after,
-    retry_hint,
+    Observation, RETRY_AFTER_MS_HEADER, RETRY_HINT_HEADER, STRIPE_RETRY_HINT_HEADER, Verdict,
+    classify, retry_after, retry_hint,
 };
 pub use clock::{Clock, RandomSource, SeededRandom, Sleep, ThreadRandom, TokioClock};
 pub use engine::{Attempt, RetryClient, RetryClientBuilder, RetryMetrics};

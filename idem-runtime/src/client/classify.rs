@@ -17,6 +17,10 @@ use super::class::RetryClass;
 /// bypass the retry budget, or stretch the attempt limit or the deadline.
 pub const RETRY_HINT_HEADER: &str = "x-should-retry";
 
+/// Stripe's own name for the same hint, `Stripe-Should-Retry`, read as
+/// [`RETRY_HINT_HEADER`] is.
+pub const STRIPE_RETRY_HINT_HEADER: &str = "stripe-should-retry";
+
 /// `Retry-After` in milliseconds (a non-negative number, fractions allowed),
 /// as some APIs send alongside or instead of `Retry-After`.
 pub const RETRY_AFTER_MS_HEADER: &str = "retry-after-ms";
@@ -139,17 +143,35 @@ pub(crate) fn is_breaker_failure(observation: &Observation) -> bool {
     }
 }
 
-/// Reads the `X-Should-Retry` hint: `true`/`false`, case-insensitive; anything
-/// else is ignored.
+/// Reads the server's retry hint, `X-Should-Retry` or `Stripe-Should-Retry`:
+/// `true`/`false`, case-insensitive; anything else is ignored. When the two
+/// disagree, `false` wins: a retry the server declined is never sent.
+///
+/// ```
+/// use http::HeaderMap;
+/// use idem_runtime::client::retry_hint;
+/// let mut headers = HeaderMap::new();
+/// assert_eq!(retry_hint(&headers), None);
+/// headers.insert("stripe-should-retry", "true".parse().unwrap());
+/// assert_eq!(retry_hint(&headers), Some(true));
+/// headers.insert("x-should-retry", "False".parse().unwrap());
+/// assert_eq!(retry_hint(&headers), Some(false));
+/// ```
 pub fn retry_hint(headers: &HeaderMap) -> Option<bool> {
-    let value = headers.get(RETRY_HINT_HEADER)?.to_str().ok()?.trim();
-    if value.eq_ignore_ascii_case("true") {
-        Some(true)
-    } else if value.eq_ignore_ascii_case("false") {
-        Some(false)
-    } else {
-        None
-    }
+    [RETRY_HINT_HEADER, STRIPE_RETRY_HINT_HEADER]
+        .iter()
+        .flat_map(|name| headers.get_all(*name))
+        .filter_map(|value| {
+            let value = value.to_str().ok()?.trim();
+            if value.eq_ignore_ascii_case("true") {
+                Some(true)
+            } else if value.eq_ignore_ascii_case("false") {
+                Some(false)
+            } else {
+                None
+            }
+        })
+        .reduce(|a, b| a && b)
 }
 
 /// How long the server asked the client to wait, from `Retry-After`

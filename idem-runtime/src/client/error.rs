@@ -72,7 +72,7 @@ pub enum GiveUp {
     BudgetExhausted,
     /// 500 is retried at most once per call, and this was the second.
     ServerErrorRetriedOnce,
-    /// The server said `X-Should-Retry: false`.
+    /// The server said `X-Should-Retry: false` (or `Stripe-Should-Retry: false`).
     ServerDeclined,
     /// The server asked for a wait longer than the time left.
     RetryAfterBeyondDeadline {

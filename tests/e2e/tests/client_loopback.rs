@@ -19,7 +19,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use idem_e2e::shop;
 use idem_runtime::client::support::ApiError;
-use idem_runtime::client::{IdempotencyKey, RetryClient, RetryError, RetryPolicy};
+use idem_runtime::client::{GiveUp, IdempotencyKey, RetryClient, RetryError, RetryPolicy};
 
 #[derive(Debug, Clone)]
 struct Hit {
@@ -472,6 +472,73 @@ async fn retry_after_is_honoured() {
     assert_eq!(hits.len(), 2);
     let waited = hits[1].at.duration_since(hits[0].at);
     assert!(waited >= Duration::from_secs(1), "retried after {waited:?}");
+}
+
+#[tokio::test]
+async fn the_servers_retry_advice_is_followed() {
+    let (client, server) = start().await;
+    // `false`, in either spelling, stops a retry the status would allow.
+    for header in ["stripe-should-retry", "x-should-retry"] {
+        server.script(
+            "/v1/orders",
+            [Script::Reply(503, vec![(header, "false")], "")],
+        );
+        let before = server.hits("/v1/orders").len();
+        let error = client
+            .orders()
+            .create(&new_order())
+            .send()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                ApiError::Retry(RetryError::GaveUp {
+                    reason: GiveUp::ServerDeclined,
+                    ..
+                })
+            ),
+            "{header}: {error:?}"
+        );
+        assert_eq!(server.hits("/v1/orders").len(), before + 1, "{header}");
+    }
+    // `true` lets a keyed call retry an answer its status alone would not,
+    // with the same key.
+    server.script(
+        "/v1/orders",
+        [Script::Reply(
+            400,
+            vec![("stripe-should-retry", "true")],
+            "",
+        )],
+    );
+    let before = server.hits("/v1/orders").len();
+    client.orders().create(&new_order()).send().await.unwrap();
+    let hits = server.hits("/v1/orders");
+    assert_eq!(hits.len(), before + 2);
+    assert_eq!(
+        header(&hits[before], "idempotency-key"),
+        header(&hits[before + 1], "idempotency-key")
+    );
+    // Never for an unsafe call without a key.
+    server.script(
+        "/v1/refunds",
+        [Script::Reply(
+            503,
+            vec![("stripe-should-retry", "true")],
+            "",
+        )],
+    );
+    let refund = shop::Refund {
+        order: 7,
+        amount: 500,
+    };
+    let error = client.refunds().create(&refund).send().await.unwrap_err();
+    assert!(
+        matches!(&error, ApiError::Retry(retry) if retry.is_outcome_unknown()),
+        "{error:?}"
+    );
+    assert_eq!(server.hits("/v1/refunds").len(), 1);
 }
 
 fn reqwest_client() -> idem_runtime::reqwest::Client {
