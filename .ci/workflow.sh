@@ -11,9 +11,10 @@
 #    `run:` scripts under bash with its env, its `if:` conditions evaluated,
 #    the uploads checked (the SARIF file exists and is SARIF 2.1.0, the
 #    artifact directory holds the page). The checkout puts a fixture at
-#    $IDEM_SPEC, the cache restores the idem under test (so the install step
-#    is skipped by the workflow's own condition, and its pinned version must
-#    be this idem's). The audit runs on a spec with findings, a clean one and
+#    $IDEM_SPEC, the cache restores the idem under test (so the `idem` job's
+#    install step is skipped by the workflow's own condition; the key must
+#    name IDEM_REV, and every other job must restore the `idem` job's build
+#    rather than compile its own). The audit runs on a spec with findings, a clean one and
 #    an unreadable one; the probe without STAGING_URL, with it (plan only),
 #    and with writes against the tests' orders server, correct and defective.
 #
@@ -91,7 +92,7 @@ const UPLOAD_SARIF_INPUTS = ['sarif_file', 'checkout_path', 'ref', 'sha', 'token
 // Known-bad copies: each must fail the linter with an error of its kind.
 const MUTATIONS = [
   ['an unknown input of actions/upload-artifact', 'name: idem-docs', 'nme: idem-docs', 'action'],
-  ['a required input of actions/cache missing', 'key: idem-${{ runner.os }}-${{ env.IDEM_VERSION }}\n      - uses: dtolnay', 'restore-keys: idem-\n      - uses: dtolnay', 'action'],
+  ['a required input of actions/cache missing', 'key: idem-${{ runner.os }}-${{ env.IDEM_REV }}\n      - uses: dtolnay', 'restore-keys: idem-\n      - uses: dtolnay', 'action'],
   ['an unterminated expression', "if: vars.STAGING_URL != ''", "if: vars.STAGING_URL != '", 'expression'],
   ['an output of a step that does not exist', 'steps.audit.outputs.sarif }}', 'steps.audt.outputs.sarif }}', 'expression'],
   ['an unknown context property', 'secrets.IDEM_PROBE_CALLER }}', 'secret.IDEM_PROBE_CALLER }}', 'expression'],
@@ -236,10 +237,10 @@ function runJob(jobId, { spec, specText, vars = {}, secrets = {}, eventName = 'p
       fs.mkdirSync(path.dirname(dest), { recursive: true });
       if (spec) fs.copyFileSync(spec, dest); else fs.writeFileSync(dest, specText);
       record('success');
-    } else if (action === 'actions/cache') {
+    } else if (action === 'actions/cache' || action === 'actions/cache/restore') {
       // A hit that restores the idem under test where `cargo install` puts it.
       if (inputs.path !== '~/.cargo/bin/idem') throw new Error(`${jobId}: the cache's path is ${inputs.path}, not ~/.cargo/bin/idem`);
-      if (!inputs.key.includes(env.IDEM_VERSION)) throw new Error(`${jobId}: the cache key ${inputs.key} does not name IDEM_VERSION`);
+      if (!inputs.key.includes(env.IDEM_REV)) throw new Error(`${jobId}: the cache key ${inputs.key} does not name IDEM_REV`);
       fs.mkdirSync(path.join(home, '.cargo/bin'), { recursive: true });
       fs.symlinkSync(idem, path.join(home, '.cargo/bin/idem'));
       record('success', { 'cache-hit': 'true' });
@@ -301,6 +302,21 @@ function runJob(jobId, { spec, specText, vars = {}, secrets = {}, eventName = 'p
     const sc = cp.spawnSync('shellcheck', ['--norc', '--shell=bash', '--severity=style', '--format=gcc', file], { encoding: 'utf8' });
     check(sc.status === 0, `${jobId}/${key}: shellcheck`, `\n${`${sc.stdout}${sc.stderr}`.split(file).join(`${jobId}/${key}, line`)}`);
   }
+  // idem is built once, by the `idem` job, under a key naming the revision
+  // it installs; every other job waits for it and restores that build.
+  const cacheOf = (job) => job.steps.find((s) => s.uses && /^actions\/cache(\/restore)?@/.test(s.uses));
+  const built = cacheOf(wf.jobs.idem || { steps: [] });
+  check(built && /\$\{\{ env\.IDEM_REV \}\}/.test(built.with.key), 'the idem job caches the build under a key naming IDEM_REV', built && built.with.key);
+  const install = (wf.jobs.idem || { steps: [] }).steps.find((s) => s.id === 'install');
+  check(install && install.run.includes('--rev "$IDEM_REV"'), 'the idem job installs IDEM_REV', install && install.run);
+  for (const [jobId, job] of Object.entries(wf.jobs)) {
+    if (jobId === 'idem') continue;
+    const restore = cacheOf(job);
+    check(job.needs === 'idem', `${jobId} waits for the idem job`, String(job.needs));
+    check(restore && restore.uses.startsWith('actions/cache/restore@') && restore.with.key === built.with.key && restore.with['fail-on-cache-miss'] === true,
+      `${jobId} restores the idem job's build, and fails rather than build again`, restore && JSON.stringify(restore));
+    check(!job.steps.some((s) => s.run && s.run.includes('cargo install')), `${jobId} compiles nothing`);
+  }
   const version = cp.execFileSync(idem, ['--version'], { encoding: 'utf8' }).trim().split(/\s+/).pop();
   check(wf.env.IDEM_VERSION === version, `IDEM_VERSION ${wf.env.IDEM_VERSION} is this idem's version (${version})`);
 
@@ -314,6 +330,9 @@ function runJob(jobId, { spec, specText, vars = {}, secrets = {}, eventName = 'p
   };
   const SARIF = 'github/codeql-action/upload-sarif@v3';
 
+  let built0 = runJob('idem', { spec: 'fixtures/payments.yaml' });
+  expectRun('idem, its build in the cache: nothing is compiled', built0, 'success', { 'idem-cache': 'success', install: 'skipped' });
+
   // fixtures/payments.yaml is clean (exit 0), fixtures/cratebase.yaml has
   // three errors (exit 1): each must be handled as its exit code says.
   for (const [spec, code] of [['fixtures/payments.yaml', 0], ['fixtures/cratebase.yaml', 1]]) {
@@ -321,9 +340,9 @@ function runJob(jobId, { spec, specText, vars = {}, secrets = {}, eventName = 'p
     check(got === code, `idem audit ${spec} exits ${code}`, `exit ${got}`);
     const r = runJob('audit', { spec });
     if (code === 0) {
-      expectRun(`audit, ${spec} (exit 0): the job passes, and the empty report is uploaded (it closes fixed alerts)`, r, 'success', { install: 'skipped', audit: 'success', [SARIF]: 'success' });
+      expectRun(`audit, ${spec} (exit 0): the job passes, and the empty report is uploaded (it closes fixed alerts)`, r, 'success', { 'idem-cache': 'success', audit: 'success', [SARIF]: 'success' });
     } else {
-      expectRun(`audit, ${spec} (exit 1): the step and the job fail, and the findings are uploaded`, r, 'failure', { install: 'skipped', audit: 'failure', [SARIF]: 'success' });
+      expectRun(`audit, ${spec} (exit 1): the step and the job fail, and the findings are uploaded`, r, 'failure', { 'idem-cache': 'success', audit: 'failure', [SARIF]: 'success' });
     }
     const results = r.uploads[SARIF] ? r.uploads[SARIF].results : -1;
     check(code === 0 ? results === 0 : results > 0, `the uploaded audit report has ${code === 0 ? 'no' : 'the'} findings`, `${results} result(s)`);

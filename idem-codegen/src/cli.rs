@@ -142,7 +142,8 @@ pub struct WorkflowArgs {
 /// The example workflow, as `docs/ci.md` describes it and CI checks it.
 pub const WORKFLOW: &str = include_str!("../ci/idem.yml");
 
-/// [`WORKFLOW`] reading the spec at `spec`.
+/// [`WORKFLOW`] reading the spec at `spec`, and installing the commit this
+/// `idem` was built from when it knows it.
 pub fn workflow(spec: &str) -> String {
     let plain = !spec.is_empty()
         && spec
@@ -155,12 +156,27 @@ pub fn workflow(spec: &str) -> String {
         // A YAML double-quoted scalar reads JSON's escapes.
         serde_json::Value::String(spec.to_owned()).to_string()
     };
-    WORKFLOW.replacen(
+    let text = WORKFLOW.replacen(
         "  IDEM_SPEC: openapi.yaml\n",
         &format!("  IDEM_SPEC: {value}\n"),
         1,
-    )
+    );
+    match BUILD_COMMIT {
+        "" => text,
+        commit => text.replacen(
+            &format!("  IDEM_REV: {WORKFLOW_REV}\n"),
+            &format!("  IDEM_REV: {commit}\n"),
+            1,
+        ),
+    }
 }
+
+/// The commit this `idem` was built from, when it was built from a git
+/// checkout; empty otherwise (a packaged crate).
+pub const BUILD_COMMIT: &str = env!("IDEM_BUILD_COMMIT");
+
+/// The revision [`WORKFLOW`] installs until `idem workflow` pins its own.
+pub const WORKFLOW_REV: &str = "v0.1.0";
 
 fn run_workflow(
     args: &WorkflowArgs,
