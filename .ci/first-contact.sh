@@ -16,8 +16,12 @@ cleanup() {
 trap cleanup EXIT
 started=$(date +%s)
 
-# 1. Install, as the README does (`cargo install --locked --path idem/idem-codegen`).
-cargo install --locked --path idem-codegen --root "$work/root" \
+# 1. Install, as the README does (`git clone …` then `cargo install --locked
+#    --path idem/idem-codegen`), from a clone of this repository: its
+#    `origin` is this checkout, which the generated crate then fetches the
+#    runtime from (as a file:// URL), at this commit.
+git clone --quiet "$root" "$work/idem"
+cargo install --locked --path "$work/idem/idem-codegen" --root "$work/root" \
   --target-dir "$root/target/first-contact/install"
 idem="$work/root/bin/idem"
 "$idem" --version
@@ -54,8 +58,10 @@ grep -q '^overlay: 1.0.0$' idempotency.overlay.yaml
 "$idem" workflow --spec openapi.yaml --out .github/workflows/idem.yml
 grep -q '^  IDEM_SPEC: openapi.yaml$' .github/workflows/idem.yml
 "$idem" generate openapi.yaml --overlay idempotency.overlay.yaml --out crates/api
-# Installed from a checkout: the crate depends on that checkout's runtime.
-grep -q "^idem-runtime = { path = \"$root/idem-runtime\"" crates/api/Cargo.toml
+# Installed from a clone: the crate depends on the runtime at the clone's
+# commit, in its origin, which any clone of the user's repository can fetch.
+rev=$(git -C "$root" rev-parse HEAD)
+grep -q "^idem-runtime = { git = \"file://$(realpath "$root")\", rev = \"$rev\"" crates/api/Cargo.toml
 # A runtime path that is not one is refused, and nothing is written.
 status=0
 "$idem" generate openapi.yaml --out refused --runtime-path does/not/exist 2> "$work/refused" || status=$?
@@ -76,4 +82,17 @@ if grep -Eq '^(axum|sqlx) ' "$work/caller-tree"; then
 fi
 echo "first contact: the caller depends on $(sort -u "$work/caller-tree" | wc -l) crates"
 
-echo "first contact: installed in $((installed - started)) s, generated in $((generated - installed)) s, checked in $((checked - generated)) s"
+# 5. The generated crate is committed, and a teammate's clone builds it:
+#    nothing in it points into this machine's checkout of idem.
+git init --quiet
+git add -A
+git -c user.name=ci -c user.email=ci@example.invalid commit --quiet -m "generated API crate"
+git clone --quiet "$ws" "$work/teammate"
+if grep -rq "$work/idem" "$work/teammate/crates/api/Cargo.toml"; then
+  echo "the committed crate points into the clone idem was installed from" >&2
+  exit 1
+fi
+(cd "$work/teammate" && RUSTFLAGS="-D warnings" CARGO_TARGET_DIR="$root/target/first-contact/check" cargo check --workspace)
+teammate=$(date +%s)
+
+echo "first contact: installed in $((installed - started)) s, generated in $((generated - installed)) s, checked in $((checked - generated)) s, and in a teammate's clone in $((teammate - checked)) s"

@@ -1,7 +1,10 @@
-//! Records the commit `idem` is built from, when it is built from a git
-//! checkout (`cargo install --path` from a clone, `cargo install --git`):
-//! `idem workflow` pins the workflow's install to it. A build from a
-//! packaged crate has no checkout, and records nothing.
+//! Records the commit `idem` is built from, and the checkout's `origin`,
+//! when it is built from a git checkout (`cargo install --path` from a
+//! clone, `cargo install --git`): `idem workflow` pins the workflow's
+//! install to the commit, and `idem generate` makes the crates it writes
+//! depend on `idem-runtime` at that commit of that repository, which every
+//! clone of the user's repository can fetch. A build from a packaged crate
+//! has no checkout, and records nothing.
 
 use std::path::Path;
 use std::process::Command;
@@ -35,5 +38,38 @@ fn main() {
         .map(|s| s.trim().to_owned())
         .filter(|s| s.len() == 40 && s.chars().all(|c| c.is_ascii_hexdigit()))
         .unwrap_or_default();
+    let origin = if commit.is_empty() {
+        String::new()
+    } else {
+        Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(["config", "--get", "remote.origin.url"])
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .map(|url| fetchable(url.trim(), root))
+            .unwrap_or_default()
+    };
     println!("cargo:rustc-env=IDEM_BUILD_COMMIT={commit}");
+    println!("cargo:rustc-env=IDEM_BUILD_ORIGIN={origin}");
+}
+
+/// `url` as Cargo fetches a git dependency: a URL as it is, scp-like
+/// `git@host:owner/repo` as `ssh://git@host/owner/repo`, and a local path
+/// (relative to the checkout at `root`) as a `file://` URL.
+fn fetchable(url: &str, root: &Path) -> String {
+    if url.is_empty() || url.contains("://") {
+        return url.to_owned();
+    }
+    if let Some((host, path)) = url.split_once(':')
+        && !host.contains('/')
+        && host.contains('@')
+    {
+        return format!("ssh://{host}/{}", path.trim_start_matches('/'));
+    }
+    let local = root.join(url);
+    let local = std::fs::canonicalize(&local).unwrap_or(local);
+    format!("file://{}", local.display())
 }

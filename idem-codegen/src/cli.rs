@@ -288,9 +288,10 @@ pub struct GenerateArgs {
     #[arg(long, value_name = "CRATE")]
     pub name: Option<String>,
     /// Depend on the `idem-runtime` at PATH. By default the crate depends on
-    /// the runtime of the checkout this `idem` was built from, when it was
-    /// built from one that is still there, and on the published runtime of
-    /// this version otherwise.
+    /// the runtime of the commit this `idem` was built from, in its clone's
+    /// `origin` repository (`{ git = …, rev = … }`), when it was built from
+    /// a clone; on the checkout beside it when that has no `origin`; and on
+    /// the published runtime of this version otherwise.
     #[arg(long, value_name = "PATH", conflicts_with = "published_runtime")]
     pub runtime_path: Option<PathBuf>,
     /// Depend on the published `idem-runtime` of this version even when this
@@ -629,9 +630,10 @@ fn run_generate(
             }
             crate::write::Runtime::Path(crate::write::runtime_path(path, &args.out))
         }
-        (None, false) => match crate::write::runtime_beside() {
-            Some(path) => crate::write::Runtime::Path(path),
-            None => crate::write::Runtime::Registry,
+        (None, false) => match (crate::write::runtime_git(), crate::write::runtime_beside()) {
+            (Some(git), _) => git,
+            (None, Some(path)) => crate::write::Runtime::Path(path),
+            (None, None) => crate::write::Runtime::Registry,
         },
         (None, true) => crate::write::Runtime::Registry,
     };

@@ -20,6 +20,25 @@ pub enum Runtime {
     Registry,
     /// A local checkout (tests, unreleased versions).
     Path(PathBuf),
+    /// A commit of a git repository: the one this `idem` was built from.
+    Git {
+        /// The repository, as Cargo fetches it.
+        url: String,
+        /// The commit.
+        rev: String,
+    },
+}
+
+/// The repository and commit this `idem` was built from, when it was built
+/// from a git checkout with an `origin`: what a crate it generates depends
+/// on by default, so the crate builds in every clone of the repository it
+/// is committed to (provided the commit is pushed there).
+pub fn runtime_git() -> Option<Runtime> {
+    let (url, rev) = (env!("IDEM_BUILD_ORIGIN"), env!("IDEM_BUILD_COMMIT"));
+    (!url.is_empty() && !rev.is_empty()).then(|| Runtime::Git {
+        url: url.to_owned(),
+        rev: rev.to_owned(),
+    })
 }
 
 /// The `idem-runtime` this binary was built beside, when it was built from
@@ -141,11 +160,23 @@ pub fn crate_files(generated: &Generated, name: &str, title: &str, runtime: &Run
     };
     let dependency = match runtime {
         Runtime::Registry => format!(
-            "idem-runtime = {{ version = \"{version}\", default-features = false{features} }}"
+            "# The published idem-runtime of the idem that wrote this crate. Another:\n\
+             # `idem generate … --runtime-path PATH` (a local checkout).\n\
+             idem-runtime = {{ version = \"{version}\", default-features = false{features} }}"
         ),
         Runtime::Path(path) => format!(
-            "idem-runtime = {{ path = {:?}, default-features = false{features} }}",
+            "# idem-runtime from this path (--runtime-path PATH), which must exist wherever\n\
+             # the crate is built. Another: `idem generate … --published-runtime`, or no\n\
+             # flag from an idem installed from a clone (its commit, fetched with git).\n\
+             idem-runtime = {{ path = {:?}, default-features = false{features} }}",
             path.display().to_string()
+        ),
+        Runtime::Git { url, rev } => format!(
+            "# idem-runtime at the commit the idem that wrote this crate was built from:\n\
+             # every clone builds the same runtime, once the commit is pushed there.\n\
+             # Another: `idem generate … --runtime-path PATH` (a local checkout) or\n\
+             # `--published-runtime`.\n\
+             idem-runtime = {{ git = {url:?}, rev = {rev:?}, default-features = false{features} }}"
         ),
     };
     let what = match (
