@@ -202,23 +202,26 @@ async fn pair(settings: &Settings, scenario: Scenario) -> anyhow::Result<(Cluste
     Ok((primary, standby))
 }
 
-async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome> {
-    let (primary, standby) = pair(settings, scenario).await?;
-    let url = format!(
-        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres",
-        primary.port(),
-        standby.port()
-    );
-    let bank = Bank::start().await?;
-    bank.answer_after(TRANSFER_TAKES);
-    let began = Instant::now();
-    let log: Log = Arc::default();
-    let mut servers = Vec::new();
-    let mut clients = Vec::new();
-    let mut warnings = Vec::new();
+/// The two servers of a scenario, each behind its own answer recorder.
+struct Fleet {
+    servers: Vec<Server>,
+    /// One client per server, through its recorder.
+    clients: Vec<Client>,
+    /// What each server logged at `warn`.
+    warnings: Vec<Arc<std::sync::Mutex<Vec<String>>>>,
+}
+
+/// Starts two servers on `url` (both nodes), paying out through `bank`,
+/// their answers recorded into `log`.
+async fn fleet(url: &str, bank: &Bank, began: Instant, log: &Log) -> anyhow::Result<Fleet> {
+    let mut fleet = Fleet {
+        servers: Vec::new(),
+        clients: Vec::new(),
+        warnings: Vec::new(),
+    };
     for _ in 0..2 {
         let mut server = Server::new(
-            &url,
+            url,
             [
                 "--resume-base-ms",
                 "200",
@@ -230,12 +233,78 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
             .map(str::to_owned)
             .to_vec(),
         )?;
-        warnings.push(server.capture_warnings());
+        fleet.warnings.push(server.capture_warnings());
         server.start().await?;
-        let entry = recorder(server.listen(), began, Arc::clone(&log)).await?;
-        clients.push(Client::new(&format!("http://{entry}"))?);
-        servers.push(server);
+        let entry = recorder(server.listen(), began, Arc::clone(log)).await?;
+        fleet.clients.push(Client::new(&format!("http://{entry}"))?);
+        fleet.servers.push(server);
     }
+    Ok(fleet)
+}
+
+/// The scenario's fault: the primary fenced (a switchover) or killed after
+/// the standby was cut off for `lag`. Returns when the primary was fenced
+/// or died (since `began`), and since when the standby fell behind.
+async fn fault(
+    settings: &Settings,
+    scenario: Scenario,
+    primary: &Cluster,
+    standby: &Cluster,
+    began: Instant,
+) -> anyhow::Result<(Duration, Instant)> {
+    if scenario == Scenario::Switchover {
+        let (fault_at, behind) = (began.elapsed(), Instant::now());
+        primary
+            .execute("ALTER SYSTEM SET default_transaction_read_only = on")
+            .await?;
+        primary.execute("SELECT pg_reload_conf()").await?;
+        // Transactions begun before the fence end (they commit, waiting
+        // for the standby, or give up); then the standby has it all.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        return Ok((fault_at, behind));
+    }
+    // The link to the standby breaks for `lag`, then the primary dies: the
+    // standby has what reached it before the break.
+    let behind = Instant::now();
+    if !settings.lag.is_zero() {
+        standby.cut_off().await?;
+        tokio::time::sleep(settings.lag).await;
+    }
+    let fault_at = began.elapsed();
+    primary.signal("KILL", true)?;
+    Ok((fault_at, behind))
+}
+
+/// Each payout's transfer has one derived key: the bank's accepted calls
+/// per key, and when the first was answered.
+fn transfers_per_key(bank: &Bank) -> HashMap<String, (usize, Instant)> {
+    let mut per_key: HashMap<String, (usize, Instant)> = HashMap::new();
+    for call in bank.calls_to("transfers").iter().filter(|c| c.accepted) {
+        let answered = call.at + TRANSFER_TAKES;
+        per_key
+            .entry(call.key.clone())
+            .and_modify(|(n, _)| *n += 1)
+            .or_insert((1, answered));
+    }
+    per_key
+}
+
+async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome> {
+    let (primary, standby) = pair(settings, scenario).await?;
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres",
+        primary.port(),
+        standby.port()
+    );
+    let bank = Bank::start().await?;
+    bank.answer_after(TRANSFER_TAKES);
+    let began = Instant::now();
+    let log: Log = Arc::default();
+    let Fleet {
+        mut servers,
+        clients,
+        warnings,
+    } = fleet(&url, &bank, began, &log).await?;
     let account = format!("acct-{:08x}", rand::random::<u32>());
     let (probe_stop, probed) = probe(servers.iter().map(Server::listen).collect(), began);
     let charges = Load::start(Kind::Charge, &clients, settings.workers, &account, 1, 0);
@@ -249,29 +318,7 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
     );
     tokio::time::sleep(settings.settle).await;
 
-    // When the primary is fenced or dies, and when the standby fell
-    // behind (cut off, or the primary gone).
-    let (fault_at, behind);
-    if scenario == Scenario::Switchover {
-        (fault_at, behind) = (began.elapsed(), Instant::now());
-        primary
-            .execute("ALTER SYSTEM SET default_transaction_read_only = on")
-            .await?;
-        primary.execute("SELECT pg_reload_conf()").await?;
-        // Transactions begun before the fence end (they commit, waiting
-        // for the standby, or give up); then the standby has it all.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    } else {
-        // The link to the standby breaks for `lag`, then the primary
-        // dies: the standby has what reached it before the break.
-        behind = Instant::now();
-        if !settings.lag.is_zero() {
-            standby.cut_off().await?;
-            tokio::time::sleep(settings.lag).await;
-        }
-        fault_at = began.elapsed();
-        primary.signal("KILL", true)?;
-    }
+    let (fault_at, behind) = fault(settings, scenario, &primary, &standby, began).await?;
     let promote_started = Instant::now();
     standby.promote().await?;
     let promote = promote_started.elapsed();
@@ -292,16 +339,7 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
     for server in &mut servers {
         server.kill().await?;
     }
-    // Each payout's transfer has one derived key: calls per key, and when
-    // the first was answered.
-    let mut per_key: HashMap<String, (usize, Instant)> = HashMap::new();
-    for call in bank.calls_to("transfers").iter().filter(|c| c.accepted) {
-        let answered = call.at + TRANSFER_TAKES;
-        per_key
-            .entry(call.key.clone())
-            .and_modify(|(n, _)| *n += 1)
-            .or_insert((1, answered));
-    }
+    let per_key = transfers_per_key(&bank);
     let replicated_before = behind.checked_sub(RECORDED_WITHIN).unwrap_or(behind);
     let repeated = |only_replicated: bool| -> usize {
         per_key

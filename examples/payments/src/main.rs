@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -187,209 +188,12 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
-    let result = match args.command {
-        Some(Command::Serve {
-            database_url,
-            listen,
-            bank_url,
-            fake_bank,
-            resume_base_ms,
-            resume_attempts,
-            metrics_listen,
-            behind_pooler,
-        }) => {
-            if let Some(addr) = metrics_listen
-                && let Err(e) = server::serve_metrics(addr).await
-            {
-                eprintln!("error: {e:#}");
-                return ExitCode::from(2);
-            }
-            // Kept alive while serving.
-            let bank = if fake_bank {
-                match payments_demo::bank::Bank::start().await {
-                    Ok(bank) => Some(bank),
-                    Err(e) => {
-                        eprintln!("error: the fake bank did not start: {e:#}");
-                        return ExitCode::from(2);
-                    }
-                }
-            } else {
-                None
-            };
-            let bank_url = bank_url.or_else(|| bank.as_ref().map(|b| b.url().to_owned()));
-            let resume = resume_base_ms.zip(resume_attempts).map(|(base, attempts)| {
-                let base = std::time::Duration::from_millis(base);
-                idem_runtime::server::ResumePolicy {
-                    max_attempts: attempts,
-                    base,
-                    cap: base * 64,
-                    ..idem_runtime::server::ResumePolicy::default()
-                }
-            });
-            server::serve(&database_url, listen, bank_url, resume, behind_pooler)
-                .await
-                .map(|()| true)
-        }
-        Some(Command::Outage {
-            payouts,
-            down_secs,
-            database_url,
-            resume_base_ms,
-            resume_attempts,
-        }) => {
-            let settings = payments_demo::outage::Settings {
-                payouts,
-                down: std::time::Duration::from_secs(down_secs),
-                database_url,
-                resume: resume_base_ms
-                    .zip(resume_attempts)
-                    .map(|(base, runs)| (std::time::Duration::from_millis(base), runs)),
-            };
-            match payments_demo::outage::run(&settings).await {
-                Ok(outcome) => {
-                    print!("{}", payments_demo::outage::report(&settings, &outcome));
-                    Ok(outcome.holds(payouts))
-                }
-                Err(e) => Err(e),
-            }
-        }
-        Some(Command::Faults {
-            only,
-            workers,
-            outage_secs,
-            settle_secs,
-            pg_bin,
-        }) => {
-            let Some(pg_bin) = pg_bin.or_else(payments_demo::faults::find_pg_bin) else {
-                eprintln!("error: {NO_PG_BIN}");
-                return ExitCode::from(2);
-            };
-            let settings = payments_demo::faults::Settings {
-                faults: if only.is_empty() {
-                    payments_demo::faults::Fault::ALL.to_vec()
-                } else {
-                    only
-                },
-                workers,
-                outage: std::time::Duration::from_secs(outage_secs),
-                settle: std::time::Duration::from_secs(settle_secs),
-                pg_bin,
-            };
-            match payments_demo::faults::run(&settings).await {
-                Ok(outcomes) => {
-                    print!("{}", payments_demo::faults::report(&settings, &outcomes));
-                    Ok(outcomes.iter().all(payments_demo::faults::Outcome::holds))
-                }
-                Err(e) => Err(e),
-            }
-        }
-        Some(Command::Failover {
-            only,
-            workers,
-            payout_workers,
-            settle_secs,
-            standby_lag_ms,
-            pg_bin,
-        }) => {
-            let Some(pg_bin) = pg_bin.or_else(payments_demo::faults::find_pg_bin) else {
-                eprintln!("error: {NO_PG_BIN}");
-                return ExitCode::from(2);
-            };
-            let settings = payments_demo::failover::Settings {
-                lag: std::time::Duration::from_millis(standby_lag_ms),
-                scenarios: if only.is_empty() {
-                    payments_demo::failover::Scenario::ALL.to_vec()
-                } else {
-                    only
-                },
-                workers,
-                payout_workers,
-                settle: std::time::Duration::from_secs(settle_secs),
-                pg_bin,
-            };
-            match payments_demo::failover::run(&settings).await {
-                Ok(outcomes) => {
-                    print!("{}", payments_demo::failover::report(&settings, &outcomes));
-                    Ok(outcomes.iter().all(payments_demo::failover::Outcome::holds))
-                }
-                Err(e) => Err(e),
-            }
-        }
-        Some(Command::Pgbouncer {
-            workers,
-            seconds,
-            pool_size,
-            pg_bin,
-            pgbouncer,
-        }) => {
-            let Some(pg_bin) = pg_bin.or_else(payments_demo::faults::find_pg_bin) else {
-                eprintln!("error: {NO_PG_BIN}");
-                return ExitCode::from(2);
-            };
-            let Some(pgbouncer) = pgbouncer.or_else(payments_demo::pgbouncer::find_pgbouncer)
-            else {
-                eprintln!(
-                    "error: no pgbouncer found: install it (Debian: apt-get install pgbouncer) \
-                     or pass --pgbouncer PATH"
-                );
-                return ExitCode::from(2);
-            };
-            let settings = payments_demo::pgbouncer::Settings {
-                workers,
-                seconds,
-                pool_size,
-                pg_bin,
-                pgbouncer,
-            };
-            match payments_demo::pgbouncer::run(&settings).await {
-                Ok(outcome) => {
-                    print!("{}", payments_demo::pgbouncer::report(&settings, &outcome));
-                    Ok(outcome.holds())
-                }
-                Err(e) => Err(e),
-            }
-        }
-        Some(Command::Galera {
-            only,
-            workers,
-            copies,
-            seconds,
-            mariadbd,
-            galera,
-        }) => {
-            let (Some(mariadbd), Some(provider)) = (
-                mariadbd.or_else(payments_demo::galera::find_mariadbd),
-                galera.or_else(payments_demo::galera::find_galera),
-            ) else {
-                eprintln!(
-                    "error: no mariadbd or Galera provider found: install them (Debian: \
-                     apt-get install mariadb-server galera-4 rsync) or pass --mariadbd and --galera"
-                );
-                return ExitCode::from(2);
-            };
-            let settings = payments_demo::galera::Settings {
-                scenarios: if only.is_empty() {
-                    payments_demo::galera::Scenario::ALL.to_vec()
-                } else {
-                    only
-                },
-                workers,
-                copies,
-                seconds,
-                mariadbd,
-                provider,
-            };
-            match payments_demo::galera::run(&settings).await {
-                Ok(outcomes) => {
-                    print!("{}", payments_demo::galera::report(&settings, &outcomes));
-                    Ok(outcomes.iter().all(payments_demo::galera::Outcome::holds))
-                }
-                Err(e) => Err(e),
-            }
-        }
+    let mut args = Args::parse();
+    let result = match args.command.take() {
+        Some(command) => run(command).await,
         None => scenario(&args).await,
     };
+    // 0: every check held; 1: one did not; 2: the run could not happen.
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
@@ -398,6 +202,185 @@ async fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Runs a subcommand: whether what it checks held.
+async fn run(command: Command) -> anyhow::Result<bool> {
+    match command {
+        Command::Serve {
+            database_url,
+            listen,
+            bank_url,
+            fake_bank,
+            resume_base_ms,
+            resume_attempts,
+            metrics_listen,
+            behind_pooler,
+        } => {
+            if let Some(addr) = metrics_listen {
+                server::serve_metrics(addr).await?;
+            }
+            // Kept alive while serving.
+            let bank = if fake_bank {
+                Some(
+                    payments_demo::bank::Bank::start()
+                        .await
+                        .context("the fake bank did not start")?,
+                )
+            } else {
+                None
+            };
+            let bank_url = bank_url.or_else(|| bank.as_ref().map(|b| b.url().to_owned()));
+            let resume = resume_base_ms
+                .zip(resume_attempts)
+                .map(|(base, attempts)| resume_policy(base, attempts));
+            server::serve(&database_url, listen, bank_url, resume, behind_pooler).await?;
+            Ok(true)
+        }
+        Command::Outage {
+            payouts,
+            down_secs,
+            database_url,
+            resume_base_ms,
+            resume_attempts,
+        } => {
+            use payments_demo::outage;
+            let settings = outage::Settings {
+                payouts,
+                down: std::time::Duration::from_secs(down_secs),
+                database_url,
+                resume: resume_base_ms
+                    .zip(resume_attempts)
+                    .map(|(base, runs)| (std::time::Duration::from_millis(base), runs)),
+            };
+            let outcome = outage::run(&settings).await?;
+            print!("{}", outage::report(&settings, &outcome));
+            Ok(outcome.holds(payouts))
+        }
+        Command::Faults {
+            only,
+            workers,
+            outage_secs,
+            settle_secs,
+            pg_bin,
+        } => {
+            use payments_demo::faults;
+            let settings = faults::Settings {
+                faults: all_unless(only, &faults::Fault::ALL),
+                workers,
+                outage: std::time::Duration::from_secs(outage_secs),
+                settle: std::time::Duration::from_secs(settle_secs),
+                pg_bin: pg_bin_or_found(pg_bin)?,
+            };
+            let outcomes = faults::run(&settings).await?;
+            print!("{}", faults::report(&settings, &outcomes));
+            Ok(outcomes.iter().all(faults::Outcome::holds))
+        }
+        Command::Failover {
+            only,
+            workers,
+            payout_workers,
+            settle_secs,
+            standby_lag_ms,
+            pg_bin,
+        } => {
+            use payments_demo::failover;
+            let settings = failover::Settings {
+                lag: std::time::Duration::from_millis(standby_lag_ms),
+                scenarios: all_unless(only, &failover::Scenario::ALL),
+                workers,
+                payout_workers,
+                settle: std::time::Duration::from_secs(settle_secs),
+                pg_bin: pg_bin_or_found(pg_bin)?,
+            };
+            let outcomes = failover::run(&settings).await?;
+            print!("{}", failover::report(&settings, &outcomes));
+            Ok(outcomes.iter().all(failover::Outcome::holds))
+        }
+        Command::Pgbouncer {
+            workers,
+            seconds,
+            pool_size,
+            pg_bin,
+            pgbouncer,
+        } => {
+            use payments_demo::pgbouncer as bouncer;
+            let settings = bouncer::Settings {
+                workers,
+                seconds,
+                pool_size,
+                pg_bin: pg_bin_or_found(pg_bin)?,
+                pgbouncer: pgbouncer.or_else(bouncer::find_pgbouncer).context(
+                    "no pgbouncer found: install it (Debian: apt-get install pgbouncer) or \
+                     pass --pgbouncer PATH",
+                )?,
+            };
+            let outcome = bouncer::run(&settings).await?;
+            print!("{}", bouncer::report(&settings, &outcome));
+            Ok(outcome.holds())
+        }
+        Command::Galera {
+            only,
+            workers,
+            copies,
+            seconds,
+            mariadbd,
+            galera,
+        } => {
+            use payments_demo::galera as cluster;
+            let (mariadbd, provider) = galera_binaries(mariadbd, galera)?;
+            let settings = cluster::Settings {
+                scenarios: all_unless(only, &cluster::Scenario::ALL),
+                workers,
+                copies,
+                seconds,
+                mariadbd,
+                provider,
+            };
+            let outcomes = cluster::run(&settings).await?;
+            print!("{}", cluster::report(&settings, &outcomes));
+            Ok(outcomes.iter().all(cluster::Outcome::holds))
+        }
+    }
+}
+
+/// The server's resume schedule from `--resume-base-ms` and
+/// `--resume-attempts`: doubling from `base_ms`, capped at 64 times it.
+fn resume_policy(base_ms: u64, attempts: u32) -> idem_runtime::server::ResumePolicy {
+    let base = std::time::Duration::from_millis(base_ms);
+    idem_runtime::server::ResumePolicy {
+        max_attempts: attempts,
+        base,
+        cap: base * 64,
+        ..idem_runtime::server::ResumePolicy::default()
+    }
+}
+
+/// `--mariadbd` and `--galera`, or what this machine has installed.
+fn galera_binaries(
+    mariadbd: Option<PathBuf>,
+    galera: Option<PathBuf>,
+) -> anyhow::Result<(PathBuf, PathBuf)> {
+    use payments_demo::galera::{find_galera, find_mariadbd};
+    match (mariadbd.or_else(find_mariadbd), galera.or_else(find_galera)) {
+        (Some(mariadbd), Some(provider)) => Ok((mariadbd, provider)),
+        _ => anyhow::bail!(
+            "no mariadbd or Galera provider found: install them (Debian: apt-get install \
+             mariadb-server galera-4 rsync) or pass --mariadbd and --galera"
+        ),
+    }
+}
+
+/// The scenarios `--only` names, or every one.
+fn all_unless<T: Clone>(only: Vec<T>, all: &[T]) -> Vec<T> {
+    if only.is_empty() { all.to_vec() } else { only }
+}
+
+/// `--pg-bin`, or the PostgreSQL binaries found on this machine.
+fn pg_bin_or_found(pg_bin: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    pg_bin
+        .or_else(payments_demo::faults::find_pg_bin)
+        .context(NO_PG_BIN)
 }
 
 async fn scenario(args: &Args) -> anyhow::Result<bool> {
