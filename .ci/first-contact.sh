@@ -60,7 +60,7 @@ grep -q '^  IDEM_SPEC: openapi.yaml$' .github/workflows/idem.yml
 "$idem" generate openapi.yaml --overlay idempotency.overlay.yaml --out crates/api
 # Installed from a clone: the crate depends on the runtime at the clone's
 # commit, in its origin, which any clone of the user's repository can fetch.
-rev=$(git -C "$root" rev-parse HEAD)
+rev=$(git -C "$work/idem" rev-parse HEAD)
 grep -q "^idem-runtime = { git = \"file://$(realpath "$root")\", rev = \"$rev\"" crates/api/Cargo.toml
 # A runtime path that is not one is refused, and nothing is written.
 status=0

@@ -243,7 +243,7 @@ fn page_states_the_contract_with_concrete_values() {
     has(md, "Log every retry");
     has(
         md,
-        "attempt=2 of 3 error=\"503 Service Unavailable\" next_wait=0.083s key=order-739-confirm",
+        "attempt=2 of 3 error=\"503 Service Unavailable\" next_wait=0.083s key=transfer-1001-create",
     );
     has(md, "[tenacity](https://tenacity.readthedocs.io/)");
     has(md, "[Resilience4j](https://resilience4j.readme.io/)");
@@ -294,6 +294,39 @@ fn paths_are_shown_under_the_base_path() {
     has(&md, "POST /v2/reservations HTTP/1.1");
     has(&md, "https://api.staybright.example/v2/reservations");
     assert!(!md.contains("| `/holds/"), "a path without its base path");
+}
+
+/// The examples are an integrator's: values a person would send (an
+/// address for an email, a stay that ends after it starts), a key named
+/// after the operation, and the credential the security scheme asks for.
+#[test]
+fn examples_read_like_an_integrators() {
+    let md = pages("staybright.yaml").markdown;
+    has(
+        &md,
+        r#"{"check_in":"2026-03-14","check_out":"2026-03-17","guest_email":"guest@example.com","room":"room-1001"}"#,
+    );
+    has(&md, "Idempotency-Key: reservation-1001-create");
+    assert!(!md.contains("idem-probe"), "a probe value on the page");
+    assert!(!md.contains("order-739"), "a key of another API");
+    // No security scheme: no credential line.
+    assert!(
+        !md.contains("$API_TOKEN"),
+        "a credential the spec does not ask for"
+    );
+
+    for page in [
+        pages("transfers.yaml").markdown,
+        pages("transfers.yaml").html,
+    ] {
+        has(&page, "Authorization: Bearer $API_TOKEN");
+        has(&page, "Idempotency-Key: transfer-1001-create");
+        has(&page, "import os");
+    }
+    has(
+        &pages("transfers.yaml").markdown,
+        r#"headers["Authorization"] = "Bearer " + os.environ["API_TOKEN"]"#,
+    );
 }
 
 /// Keys the spec describes in words are named where they travel.
@@ -419,7 +452,7 @@ fn hostile_spec_text_comes_out_as_text() {
     has(md, "### Still running: accepted");
     has(
         md,
-        &protocol::accepted_body("/idempotency-keys/order-739-confirm", None),
+        &protocol::accepted_body("/idempotency-keys/refund-1001-create", None),
     );
     has(md, "body field `idempotency_key`");
     has(md, "**Decision: a failure is re-attempted.**");

@@ -16,9 +16,6 @@ use crate::vocab::{
     Backoff, ClaimAt, FailureReplay, InFlight, KeyRequirement, Scope, format_duration,
 };
 
-/// The key used in the page's examples.
-const EXAMPLE_KEY: &str = "order-739-confirm";
-
 /// A setting's duration, two ways.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Span {
@@ -212,12 +209,25 @@ pub struct Example {
     pub keyed: bool,
     pub key_in_body: bool,
     pub key_name: String,
+    /// The credential the operation's security scheme asks for, as a
+    /// header with a placeholder the reader replaces.
+    pub credential: Option<CredentialHeader>,
     pub max_attempts: u32,
     pub base_secs: String,
     pub cap_secs: String,
     pub deadline_secs: String,
     pub timeout_secs: String,
     pub full_jitter: bool,
+}
+
+/// A credential header in the examples: `Authorization: Bearer $API_TOKEN`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialHeader {
+    pub name: String,
+    /// As raw HTTP shows it, the placeholder a shell variable.
+    pub value: String,
+    /// As a Python expression reading the environment variable.
+    pub python: String,
 }
 
 /// The page, as values.
@@ -229,7 +239,7 @@ pub struct DocsView {
     pub key_max_length: u32,
     /// The body field, when some keyed operation takes its key in the body.
     pub body_field: Option<String>,
-    pub example_key: &'static str,
+    pub example_key: String,
     pub scope_account: bool,
     /// Neither: `scope: global`, stated as a warning.
     pub scope_credential: bool,
@@ -343,11 +353,15 @@ impl DocsView {
                 .any(|o| matches!(o.key.source, Some(KeySource::Header { .. })));
         let header = text::clean(&root.header);
         let failure = root.failure_replay;
+        // The operation the page's examples call, and the key they send.
+        let shown = representative(&ops)
+            .or_else(|| ops.iter().find(|o| o.class == RetryClass::Safe).copied());
+        let key = shown.map_or_else(|| "request-1001".to_owned(), example_key);
         DocsView {
             title: text::clean(&model.title),
             key_max_length: root.key_max_length,
             body_field,
-            example_key: EXAMPLE_KEY,
+            example_key: text::clean(&key),
             scope_account: root.scope == Scope::Account,
             scope_credential: root.scope == Scope::Credential,
             replay_window: Span::of(root.replay_window),
@@ -366,13 +380,11 @@ impl DocsView {
                 .filter(|o| at_commit(o))
                 .map(|o| text::clean(&format!("{} {}", o.method, o.path)))
                 .collect(),
-            wire: wire(&header, header_keys, mismatch_status(&keyed_ops)),
+            wire: wire(&header, &key, header_keys, mismatch_status(&keyed_ops)),
             undocumented_unsafe: ops.iter().filter(|o| o.class == RetryClass::Unsafe).count(),
             toc_open: ops.len() <= 40,
             error_body_note: error_body_note(model, &keyed_ops),
-            example: representative(&ops)
-                .or_else(|| ops.iter().find(|o| o.class == RetryClass::Safe).copied())
-                .map(|o| example(model, o)),
+            example: shown.map(|o| example(model, o, &key)),
             header,
             keyed,
             unsafe_endpoints,
@@ -549,8 +561,8 @@ fn mismatch_status(keyed: &[&&Operation]) -> u16 {
     }
 }
 
-fn wire(header: &str, header_keys: bool, reused_status: u16) -> Wire {
-    let status_url = format!("{}/{EXAMPLE_KEY}", protocol::DEFAULT_STATUS_PREFIX);
+fn wire(header: &str, key: &str, header_keys: bool, reused_status: u16) -> Wire {
+    let status_url = format!("{}/{key}", protocol::DEFAULT_STATUS_PREFIX);
     let byte = |b: u8| format!("0x{b:02X}");
     Wire {
         in_use_code: protocol::KEY_IN_USE.code,
@@ -699,15 +711,19 @@ fn error_body_note(model: &Model, keyed: &[&&Operation]) -> Option<String> {
     ))
 }
 
-/// A body for the page: the spec's own example where it shows one, field
-/// by field, and the smallest valid value elsewhere (the probe's); the
-/// required fields of an object only.
+/// A body for the page, as an integrator would write it: the spec's own
+/// example or default where it shows one, field by field; elsewhere a
+/// plausible value for the field's format and name (an address for an
+/// email, dates that follow one another) rather than the probe's smallest
+/// valid instance. The required fields of an object only.
 fn sample(
     schemas: &model::Schemas,
     schema: &model::Schema,
+    field: Option<&str>,
+    dates: &mut u32,
     depth: usize,
 ) -> Option<serde_json::Value> {
-    use crate::model::schema::Kind;
+    use crate::model::schema::{Kind, StringFormat};
     if let Some(example) = &schema.example {
         return Some((**example).clone());
     }
@@ -715,6 +731,9 @@ fn sample(
     if let Some(shown) = schema.example.as_deref().or(schema.default.as_ref()) {
         return Some(shown.clone());
     }
+    let constrained = schema.constraints.as_ref().is_some_and(|c| {
+        c.pattern.is_some() || c.max_length.is_some_and(|m| m < 24) || c.min_length.is_some()
+    });
     match &schema.kind {
         Kind::Object(object) if depth < 8 => {
             let mut out = serde_json::Map::new();
@@ -723,9 +742,46 @@ fn sample(
                 .iter()
                 .filter(|p| p.required && !p.schema.read_only)
             {
-                out.insert(p.name.clone(), sample(schemas, &p.schema, depth + 1)?);
+                let value = sample(schemas, &p.schema, Some(&p.name), dates, depth + 1)?;
+                out.insert(p.name.clone(), value);
             }
             Some(serde_json::Value::Object(out))
+        }
+        Kind::Array(items) if depth < 8 => {
+            let item = sample(schemas, items, field, dates, depth + 1)?;
+            Some(serde_json::Value::Array(vec![item]))
+        }
+        Kind::String(StringFormat::Date) => {
+            *dates += 1;
+            Some(serde_json::Value::String(format!(
+                "2026-03-{:02}",
+                11 + 3 * *dates
+            )))
+        }
+        Kind::String(StringFormat::DateTime) => {
+            *dates += 1;
+            Some(serde_json::Value::String(format!(
+                "2026-03-{:02}T15:00:00Z",
+                11 + 3 * *dates
+            )))
+        }
+        Kind::String(StringFormat::Uuid) => Some(serde_json::Value::String(
+            "3f2c9a5e-7b1d-4c8e-9a21-6d5f0b8e4c17".to_owned(),
+        )),
+        Kind::String(StringFormat::Plain) if !constrained => {
+            Some(serde_json::Value::String(plausible(field.unwrap_or(""))))
+        }
+        Kind::Integer(_) if !constrained && schema.constraints.is_none() => {
+            Some(serde_json::Value::from(
+                if field.is_some_and(|f| {
+                    let f = f.to_ascii_lowercase();
+                    f.contains("amount") || f.contains("price") || f.contains("total")
+                }) {
+                    1200
+                } else {
+                    2
+                },
+            ))
         }
         _ => crate::model::shape::sample::instance(schemas, schema, depth).ok(),
     }
@@ -757,7 +813,126 @@ fn python_literal(value: &serde_json::Value) -> String {
     }
 }
 
-fn example(model: &Model, op: &Operation) -> Example {
+/// The credential an operation's first security alternative asks for in
+/// a header (a query-parameter key is left out: it is shown in the URL).
+fn credential_header(model: &Model, op: &Operation) -> Option<CredentialHeader> {
+    use crate::model::SecurityKind;
+    let alternatives = op.security.as_ref().unwrap_or(&model.security);
+    let scheme = alternatives
+        .iter()
+        .flatten()
+        .find_map(|name| model.security_schemes.iter().find(|s| &s.name == name))?;
+    let env = |var: &str| format!("os.environ[{}]", text::python_string(var));
+    let (name, value, python) = match &scheme.kind {
+        SecurityKind::Bearer => (
+            "Authorization".to_owned(),
+            "Bearer $API_TOKEN".to_owned(),
+            format!("\"Bearer \" + {}", env("API_TOKEN")),
+        ),
+        SecurityKind::Basic => (
+            "Authorization".to_owned(),
+            "Basic $API_CREDENTIALS".to_owned(),
+            format!("\"Basic \" + {}", env("API_CREDENTIALS")),
+        ),
+        SecurityKind::ApiKey {
+            location,
+            parameter,
+        } if location == "header" => (
+            text::clean(parameter),
+            "$API_KEY".to_owned(),
+            env("API_KEY"),
+        ),
+        SecurityKind::ApiKey {
+            location,
+            parameter,
+        } if location == "cookie" => (
+            "Cookie".to_owned(),
+            format!("{}=$API_KEY", text::clean(parameter)),
+            format!(
+                "{} + {}",
+                text::python_string(&format!("{parameter}=")),
+                env("API_KEY")
+            ),
+        ),
+        _ => return None,
+    };
+    Some(CredentialHeader {
+        name,
+        value,
+        python,
+    })
+}
+
+/// A string a person would put in a field called `field`.
+fn plausible(field: &str) -> String {
+    let name = field.to_ascii_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| name.contains(w));
+    if has(&["email", "e_mail", "mail"]) {
+        "guest@example.com".to_owned()
+    } else if has(&["url", "uri", "link", "website", "href"]) {
+        "https://example.com/".to_owned()
+    } else if has(&["phone", "mobile"]) {
+        "+1 555 0100".to_owned()
+    } else if has(&["currency"]) {
+        "usd".to_owned()
+    } else if has(&["country"]) {
+        "US".to_owned()
+    } else if has(&["first_name", "firstname", "given"]) {
+        "Ada".to_owned()
+    } else if has(&["last_name", "lastname", "family", "surname"]) {
+        "Lovelace".to_owned()
+    } else if has(&["name"]) {
+        "Ada Lovelace".to_owned()
+    } else if has(&[
+        "description",
+        "note",
+        "comment",
+        "message",
+        "reason",
+        "memo",
+        "text",
+        "prompt",
+        "content",
+        "title",
+        "summary",
+        "query",
+    ]) {
+        "Example text".to_owned()
+    } else if name.is_empty() {
+        "example".to_owned()
+    } else {
+        // An identifier-like field: `room` → `room-1001`.
+        let word: String = name
+            .trim_end_matches("_id")
+            .trim_end_matches("id")
+            .trim_end_matches(['_', '-'])
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        if word.is_empty() {
+            "1001".to_owned()
+        } else {
+            format!("{word}-1001")
+        }
+    }
+}
+
+/// The idempotency key the page's examples send, from the operation:
+/// `createReservation` → `reservation-1001-create`.
+fn example_key(op: &Operation) -> String {
+    let snake = heck::ToSnakeCase::to_snake_case(op.name.as_str());
+    let words: Vec<&str> = snake
+        .split('_')
+        .filter(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric()))
+        .collect();
+    match words.split_first() {
+        Some((verb, noun)) if !noun.is_empty() => format!("{}-1001-{verb}", noun.join("-")),
+        Some((only, _)) => format!("{only}-1001"),
+        None => "request-1001".to_owned(),
+    }
+}
+
+fn example(model: &Model, op: &Operation, key: &str) -> Example {
     let (key_in_body, key_name) = key_carrier(op);
     let policy = &op.retry;
     let timeout = schedule::attempt_timeout(policy.p99, policy.deadline, policy.max_attempts);
@@ -781,15 +956,12 @@ fn example(model: &Model, op: &Operation) -> Example {
             .as_ref()
             .and_then(|b| b.media.iter().find(|m| is_json(&m.media_type)))
             .and_then(|m| m.schema.as_ref())
-        && let Some(shown) = sample(&model.schemas, schema, 0)
+        && let Some(shown) = sample(&model.schemas, schema, None, &mut 0, 0)
     {
         body = Some(shown);
     }
     if key_in_body && let Some(serde_json::Value::Object(map)) = body.as_mut() {
-        map.insert(
-            key_name.clone(),
-            serde_json::Value::String(EXAMPLE_KEY.to_owned()),
-        );
+        map.insert(key_name.clone(), serde_json::Value::String(key.to_owned()));
     }
     // Spec text inside a code block: one line, and nothing that could close it.
     let body = body.filter(|b| {
@@ -808,6 +980,7 @@ fn example(model: &Model, op: &Operation) -> Example {
         keyed: op.class == RetryClass::Keyed,
         key_in_body,
         key_name,
+        credential: credential_header(model, op),
         max_attempts: policy.max_attempts,
         base_secs: secs(policy.base),
         cap_secs: secs(policy.cap),
