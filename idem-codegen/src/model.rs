@@ -644,6 +644,17 @@ impl Model {
         path
     }
 
+    /// The security alternatives `op` requires: its own `security`, or the
+    /// document's when it names none.
+    pub fn security_of<'m>(&'m self, op: &'m Operation) -> &'m [Vec<String>] {
+        op.security.as_deref().unwrap_or(&self.security)
+    }
+
+    /// The security scheme named `name` under `components/securitySchemes`.
+    pub fn scheme(&self, name: &str) -> Option<&SecurityScheme> {
+        self.security_schemes.iter().find(|s| s.name == name)
+    }
+
     /// Where the root's `x-idempotency` settings resolve for one field, for
     /// diagnostics about the document as a whole.
     pub fn root_pos(&self) -> Pos {

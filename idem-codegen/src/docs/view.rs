@@ -771,18 +771,16 @@ fn sample(
         Kind::String(StringFormat::Plain) if !constrained => {
             Some(serde_json::Value::String(plausible(field.unwrap_or(""))))
         }
-        Kind::Integer(_) if !constrained && schema.constraints.is_none() => {
-            Some(serde_json::Value::from(
-                if field.is_some_and(|f| {
-                    let f = f.to_ascii_lowercase();
-                    f.contains("amount") || f.contains("price") || f.contains("total")
-                }) {
-                    1200
-                } else {
-                    2
-                },
-            ))
-        }
+        Kind::Integer(_) if schema.constraints.is_none() => Some(serde_json::Value::from(
+            if field.is_some_and(|f| {
+                let f = f.to_ascii_lowercase();
+                f.contains("amount") || f.contains("price") || f.contains("total")
+            }) {
+                1200
+            } else {
+                2
+            },
+        )),
         _ => crate::model::shape::sample::instance(schemas, schema, depth).ok(),
     }
 }
@@ -817,11 +815,11 @@ fn python_literal(value: &serde_json::Value) -> String {
 /// a header (a query-parameter key is left out: it is shown in the URL).
 fn credential_header(model: &Model, op: &Operation) -> Option<CredentialHeader> {
     use crate::model::SecurityKind;
-    let alternatives = op.security.as_ref().unwrap_or(&model.security);
-    let scheme = alternatives
+    let scheme = model
+        .security_of(op)
         .iter()
         .flatten()
-        .find_map(|name| model.security_schemes.iter().find(|s| &s.name == name))?;
+        .find_map(|name| model.scheme(name))?;
     let env = |var: &str| format!("os.environ[{}]", text::python_string(var));
     let (name, value, python) = match &scheme.kind {
         SecurityKind::Bearer => (
@@ -901,10 +899,14 @@ fn plausible(field: &str) -> String {
     } else if name.is_empty() {
         "example".to_owned()
     } else {
-        // An identifier-like field: `room` → `room-1001`.
-        let word: String = name
-            .trim_end_matches("_id")
-            .trim_end_matches("id")
+        // An identifier-like field: `room`, `room_id`, `roomId` → `room-1001`.
+        let base = field
+            .strip_suffix("_id")
+            .or_else(|| field.strip_suffix("Id"))
+            .or_else(|| field.eq_ignore_ascii_case("id").then_some(""))
+            .unwrap_or(field)
+            .to_ascii_lowercase();
+        let word: String = base
             .trim_end_matches(['_', '-'])
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })

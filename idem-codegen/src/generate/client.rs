@@ -814,14 +814,7 @@ fn spec_items(
             quote!(::idem_runtime::rt::client::KeyLocation::Query(#name))
         }
     };
-    let security: Vec<String> = op
-        .security
-        .as_ref()
-        .unwrap_or(&model.security)
-        .iter()
-        .flatten()
-        .cloned()
-        .collect();
+    let security: Vec<String> = model.security_of(op).iter().flatten().cloned().collect();
     let retry = policy_override(&op.retry, root);
     let spec_doc = format!(
         " `{} {}`: its retry class, key and policy.",

@@ -587,12 +587,11 @@ fn credential_scope(model: &Model, op: &Operation) -> TokenStream {
         return TokenStream::new();
     }
     let rt = rt();
-    let security = op.security.as_ref().unwrap_or(&model.security);
     let mut requirements = Vec::new();
-    for alternative in security {
+    for alternative in model.security_of(op) {
         let mut schemes = Vec::new();
         for name in alternative {
-            let Some(scheme) = model.security_schemes.iter().find(|s| &s.name == name) else {
+            let Some(scheme) = model.scheme(name) else {
                 schemes.clear();
                 break;
             };

@@ -391,12 +391,7 @@ async fn one_key_per_call_sent_on_every_attempt() {
         "/v1/orders",
         std::iter::repeat_n(Script::Reply(503, vec![], ""), 3),
     );
-    let error = client
-        .orders()
-        .create(&new_order())
-        .send()
-        .await
-        .unwrap_err();
+    let error = failed_order(&client).await;
     let key = error
         .idempotency_key()
         .expect("the key travels with the error");
@@ -484,12 +479,7 @@ async fn the_servers_retry_advice_is_followed() {
             [Script::Reply(503, vec![(header, "false")], "")],
         );
         let before = server.hits("/v1/orders").len();
-        let error = client
-            .orders()
-            .create(&new_order())
-            .send()
-            .await
-            .unwrap_err();
+        let error = failed_order(&client).await;
         assert!(
             matches!(
                 &error,
@@ -539,6 +529,16 @@ async fn the_servers_retry_advice_is_followed() {
         "{error:?}"
     );
     assert_eq!(server.hits("/v1/refunds").len(), 1);
+}
+
+/// The error of an order the scripted server refuses.
+async fn failed_order(client: &shop::Client) -> ApiError<shop::CreateOrderError> {
+    client
+        .orders()
+        .create(&new_order())
+        .send()
+        .await
+        .unwrap_err()
 }
 
 fn reqwest_client() -> idem_runtime::reqwest::Client {

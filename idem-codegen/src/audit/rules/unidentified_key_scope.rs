@@ -57,14 +57,12 @@ fn check(model: &Model, out: &mut Findings<'_>) {
         if op.class != RetryClass::Keyed || op.key.source.is_none() {
             continue;
         }
-        let security = op.security.as_ref().unwrap_or(&model.security);
+        let security = model.security_of(op);
         let readable = security.iter().any(|alternative| {
             !alternative.is_empty()
                 && alternative.iter().all(|name| {
                     model
-                        .security_schemes
-                        .iter()
-                        .find(|s| &s.name == name)
+                        .scheme(name)
                         .is_some_and(|s| !matches!(s.kind, SecurityKind::Other(_)))
                 })
         });
