@@ -168,6 +168,44 @@ fn repeated_inline_shapes_are_one_type() {
 }
 
 #[test]
+fn error_enums_alike_in_statuses_are_never_numbered() {
+    // Two pairs of operations answer 404 alike within the pair and in other
+    // words across: the first pair's enum is named after its statuses, the
+    // second after its first operation, and neither name is numbered.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("api.yaml");
+    let op = |id: &str, words: &str| {
+        format!(
+            "      operationId: {id}\n      responses:\n        '200':\n          description: ok\n        \
+             '404':\n          description: {words}\n"
+        )
+    };
+    let text = format!(
+        "openapi: 3.0.3\ninfo:\n  title: t\n  version: '1'\npaths:\n  /orders/{{id}}:\n    \
+         parameters:\n      - {{name: id, in: path, required: true, schema: {{type: string}}}}\n    \
+         get:\n{}    delete:\n{}  /products/{{id}}:\n    parameters:\n      - {{name: id, in: \
+         path, required: true, schema: {{type: string}}}}\n    get:\n{}    delete:\n{}",
+        op("getOrder", "No such order"),
+        op("deleteOrder", "No such order"),
+        op("getProduct", "No such product"),
+        op("deleteProduct", "No such product"),
+    );
+    std::fs::write(&spec, text).unwrap();
+    let code = client(&spec);
+    assert!(code.contains("pub enum NotFoundError {"), "{code}");
+    assert!(
+        code.contains("pub type DeleteOrderError = NotFoundError;"),
+        "{code}"
+    );
+    assert!(code.contains("pub enum GetProductError {"), "{code}");
+    assert!(
+        code.contains("pub type DeleteProductError = GetProductError;"),
+        "{code}"
+    );
+    assert!(!code.contains("NotFoundError2"), "{code}");
+}
+
+#[test]
 fn fixture_servers_match_their_snapshots() {
     for name in [
         "shop",

@@ -29,8 +29,8 @@ struct ErrorGroup {
 }
 
 /// At most this many variants make a shared enum's name
-/// (`NotFoundOrServiceUnavailableError`); a larger one takes its first
-/// operation's name.
+/// (`NotFoundOrServiceUnavailableError`); a larger one, or one whose name
+/// is taken, takes its first operation's name.
 const NAMED_BY_VARIANTS: usize = 3;
 
 impl TypeSpace<'_> {
@@ -75,15 +75,20 @@ impl TypeSpace<'_> {
             let variants = &group.variants;
             let shared = if group.members.len() == 1 {
                 first
-            } else if group.names.len() <= NAMED_BY_VARIANTS {
+            } else {
                 let mut name = group.names.join("Or");
                 if !name.ends_with("Error") {
                     name.push_str("Error");
                 }
-                let name = self.namer.unique(&name);
-                self.reserve(&name)
-            } else {
-                first
+                // A name taken (by a schema, or by another group with the
+                // same statuses and other bodies or words) is not numbered:
+                // the group takes its first operation's name instead.
+                if group.names.len() <= NAMED_BY_VARIANTS && self.namer.is_free(&name) {
+                    let name = self.namer.unique(&name);
+                    self.reserve(&name)
+                } else {
+                    first
+                }
             };
             let name = self.name_of(shared);
             let enum_ident = ident(&name);
