@@ -100,7 +100,7 @@ async fn deploy<DB: Backend>(store: Store<DB>) -> Deployment<DB> {
     let by_credential = idem.scoped_by_credential(BEARER).unwrap();
     let app = Router::new()
         .route("/charges", post(charge::<DB>))
-        .route_layer(idem.layer())
+        .route_layer(idem.layer().operation("createCharge"))
         .merge(
             Router::new()
                 .route("/tokens", post(charge::<DB>))
@@ -168,11 +168,13 @@ async fn exercise<DB: Backend>(store: Store<DB>, url: &str) {
     let (code, out, err) = keys(url, &["show", "order-739", "--scope", "acct_1"], &[]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("state          complete"), "{out}");
+    assert!(out.contains("operation      createCharge\n"), "{out}");
     assert!(out.contains("response       201 Created"), "{out}");
     assert!(out.contains("\"charged\""), "{out}");
     let shown = show_json(url, "order-739", "acct_1");
     assert_eq!(shown["response"]["body"]["value"]["charged"]["amount"], 5);
     assert_eq!(shown["lock_generation"], 1);
+    assert_eq!(shown["operation"], "createCharge", "{shown}");
     // Without a scope: the one scope holding the key is shown.
     let (code, out, _) = keys(url, &["show", "order-739"], &[]);
     assert_eq!(code, 0);
@@ -350,6 +352,8 @@ async fn exercise<DB: Backend>(store: Store<DB>, url: &str) {
     );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("scope          cred:"), "{out}");
+    // A layer without an operation name: the route it counts requests under.
+    assert!(out.contains("operation      POST /tokens\n"), "{out}");
     assert!(
         !out.contains("sk_test_42"),
         "the credential is never printed: {out}"

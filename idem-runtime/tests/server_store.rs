@@ -34,8 +34,15 @@ fn claim<'a>(scope: &'a str, key: &'a str, fp: &'a str, now: i64) -> NewClaim<'a
 
 /// A claim of the phased operation `checkout`, which the completer resumes.
 fn phased_claim<'a>(scope: &'a str, key: &'a str, now: i64) -> NewClaim<'a> {
+    static CHECKOUT: std::sync::LazyLock<StoredRequest> =
+        std::sync::LazyLock::new(|| StoredRequest {
+            method: "POST".to_owned(),
+            path: "/checkout".to_owned(),
+            body: b"{}".to_vec(),
+        });
     NewClaim {
         operation: Some("checkout"),
+        request: Some(&CHECKOUT),
         ..claim(scope, key, "fp", now)
     }
 }
@@ -166,6 +173,73 @@ async fn take_over_needs_a_stale_lock<DB: Backend>(store: Store<DB>) {
     tx.commit().await.unwrap();
 }
 on_every_backend!(take_over_needs_a_stale_lock);
+
+async fn every_record_names_its_operation<DB: Backend>(store: Store<DB>) {
+    let mut tx = store.pool().begin().await.unwrap();
+    let response = StoredResponse {
+        status: 201,
+        headers: Vec::new(),
+        body: bytes::Bytes::from_static(b"{}"),
+    };
+    // Single-phase, claimed at the start and at commit: named, no request.
+    let single = NewClaim {
+        operation: Some("createCharge"),
+        ..claim("a", "single", "fp", 1_000)
+    };
+    let g = DB::claim(&mut tx, &single, WAIT, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        DB::complete(&mut tx, "a", "single", g, &response, 1_100)
+            .await
+            .unwrap()
+    );
+    let at_commit = NewClaim {
+        operation: Some("createRefund"),
+        ..claim("a", "at-commit", "fp", 1_000)
+    };
+    DB::claim_complete(&mut tx, &at_commit, &response, WAIT, None)
+        .await
+        .unwrap()
+        .unwrap();
+    for (key, name) in [("single", "createCharge"), ("at-commit", "createRefund")] {
+        let record = DB::load(&mut tx, "a", key).await.unwrap().unwrap();
+        assert_eq!(record.operation.as_deref(), Some(name));
+        assert!(record.request.is_none());
+    }
+    // Phased: open, it keeps its request and is watched; complete, it lets
+    // the request go and is not.
+    let g = DB::claim(&mut tx, &phased_claim("a", "p", 1_000), WAIT, None)
+        .await
+        .unwrap()
+        .unwrap();
+    let watched = DB::count_watched(&mut tx, 0, 2_000).await.unwrap();
+    assert_eq!((watched.in_flight, watched.exhausted), (1, 0));
+    assert!(
+        DB::load(&mut tx, "a", "p")
+            .await
+            .unwrap()
+            .unwrap()
+            .request
+            .is_some()
+    );
+    assert!(
+        DB::complete(&mut tx, "a", "p", g, &response, 1_200)
+            .await
+            .unwrap()
+    );
+    let record = DB::load(&mut tx, "a", "p").await.unwrap().unwrap();
+    assert_eq!(record.operation.as_deref(), Some("checkout"));
+    assert!(record.request.is_none());
+    let watched = DB::count_watched(&mut tx, 0, 2_000).await.unwrap();
+    assert_eq!(
+        (watched.in_flight, watched.exhausted, watched.stale),
+        (0, 0, 0)
+    );
+    tx.commit().await.unwrap();
+}
+on_every_backend!(every_record_names_its_operation);
 
 async fn a_failed_run_is_due_later_and_the_bound_ends_it<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
@@ -603,8 +677,9 @@ trait AtVersion1: Backend {
 }
 
 const V1_RECORD: &str = "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, operation, \
-     recovery_point, lock_generation, locked_at, created_at) \
-     VALUES ('a', 'old', 'fp', 'in_flight', 'checkout', 'charge:intent', 3, NULL, 1000)";
+     request_method, request_path, recovery_point, lock_generation, locked_at, created_at) \
+     VALUES ('a', 'old', 'fp', 'in_flight', 'checkout', 'POST', '/checkout', 'charge:intent', 3, \
+     NULL, 1000)";
 
 macro_rules! at_version_1 {
     ($db:ty, $schema:literal) => {

@@ -598,6 +598,7 @@ impl<DB: Backend> Idempotency<DB> {
     ) -> Result<Claim<DB>, IdempotencyError> {
         let policy = &self.inner.policy;
         let err = unavailable(policy);
+        let operation = super::outcome::current_operation();
         // A phased operation keeps its request so the completer can finish it
         // without the client.
         let request = resumable.map(|_| StoredRequest {
@@ -611,7 +612,7 @@ impl<DB: Backend> Idempotency<DB> {
                 scope: &prepared.scope,
                 key,
                 fingerprint: &prepared.fingerprint,
-                operation: resumable,
+                operation: resumable.or(operation.as_deref()),
                 request: request.as_ref(),
                 now,
             };
@@ -871,13 +872,14 @@ impl<DB: Backend> Idempotency<DB> {
             Err(send) => return send,
         };
         let wait = policy.duplicate_wait_bound().saturating_sub(waited);
+        let operation = super::outcome::current_operation();
         for _ in 0..2 {
             let now = now_ms();
             let claim = NewClaim {
                 scope: &prepared.scope,
                 key,
                 fingerprint: &prepared.fingerprint,
-                operation: None,
+                operation: operation.as_deref(),
                 request: None,
                 now,
             };

@@ -177,12 +177,15 @@ where
         outcome = Empty,
     );
     // Counts the request if it is dropped before it is answered.
+    let name = operation.clone();
     let mut unanswered = Unanswered {
         operation: Some(operation),
         started,
         span: span.clone(),
     };
-    let response = request.instrument(span.clone()).await;
+    let response = OPERATION
+        .scope(name, request.instrument(span.clone()))
+        .await;
     let outcome = settled(&response);
     span.record("outcome", outcome.as_str());
     span.in_scope(|| {
@@ -196,6 +199,26 @@ where
         count(operation, outcome, started);
     }
     marked(response, outcome)
+}
+
+tokio::task_local! {
+    /// The operation the request this task serves belongs to.
+    static OPERATION: Cow<'static, str>;
+}
+
+/// The name of the operation being served ([`observed`]'s), which the key
+/// store writes on the record, cut to the column's 255 bytes; `None`
+/// outside a request.
+pub(crate) fn current_operation() -> Option<Cow<'static, str>> {
+    OPERATION
+        .try_with(|name| {
+            if name.len() <= 255 {
+                return name.clone();
+            }
+            let end = (0..=255).rev().find(|&i| name.is_char_boundary(i));
+            Cow::Owned(name[..end.unwrap_or(0)].to_owned())
+        })
+        .ok()
 }
 
 /// A request dropped before its answer: the caller's deadline passed while

@@ -145,7 +145,7 @@ impl<DB: Backend> Idempotency<DB> {
                 })),
             },
             KeyState::InFlight => {
-                let point = record.operation.is_some().then_some(record.recovery_point);
+                let point = record.request.is_some().then_some(record.recovery_point);
                 Ok(self.in_flight_status(&key, point.as_deref()))
             }
             KeyState::Exhausted => Err(IdempotencyError::Exhausted {

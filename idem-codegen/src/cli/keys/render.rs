@@ -123,9 +123,13 @@ fn response_json(r: &StoredResponse, limit: usize) -> Value {
     })
 }
 
+/// What a record written before records named their operation shows
+/// for it.
+const UNNAMED: &str = "-";
+
 /// What the completer will do with the record next.
 fn schedule(r: &KeyRecord, now: i64) -> (String, Value) {
-    match (r.state, &r.operation) {
+    match (r.state, r.request.is_some()) {
         (KeyState::Exhausted, _) => (
             format!(
                 "terminal: exhausted after {} attempt(s), its effects stop at {}; `idem keys resume` makes it due again",
@@ -133,7 +137,7 @@ fn schedule(r: &KeyRecord, now: i64) -> (String, Value) {
             ),
             json!({"terminal": "exhausted"}),
         ),
-        (KeyState::InFlight, Some(_)) => match r.next_attempt_at {
+        (KeyState::InFlight, true) => match r.next_attempt_at {
             Some(due) if due > now => (
                 format!("next run due {}", when(Some(due), now)),
                 json!({"next_attempt_at": time_json(Some(due))}),
@@ -152,7 +156,7 @@ fn schedule(r: &KeyRecord, now: i64) -> (String, Value) {
                 ),
             },
         },
-        (KeyState::InFlight, None) => (
+        (KeyState::InFlight, false) => (
             "single-phase: nothing resumes it; its claim rolls back with its transaction"
                 .to_owned(),
             Value::Null,
@@ -213,10 +217,7 @@ pub(crate) fn show(found: &Inspected, now: i64, view: &ShowView) -> String {
         &format!("{}  (digest {})", r.scope, scope_digest(&r.scope)),
     );
     line("state", state(r.state));
-    line(
-        "operation",
-        r.operation.as_deref().unwrap_or("- (single-phase)"),
-    );
+    line("operation", r.operation.as_deref().unwrap_or(UNNAMED));
     line("fingerprint", &r.fingerprint);
     line("claimed", &when(Some(r.created_at), now));
     line("locked", &when(r.locked_at, now));
@@ -225,7 +226,7 @@ pub(crate) fn show(found: &Inspected, now: i64, view: &ShowView) -> String {
     if r.resumed_at.is_some() {
         line("resumed", &when(r.resumed_at, now));
     }
-    if r.operation.is_some() {
+    if r.request.is_some() {
         line("recovery point", &r.recovery_point);
         line("attempts", &r.attempts.to_string());
     }
@@ -318,8 +319,8 @@ pub(crate) fn list(records: &[KeyRecord], now: i64, json: bool) -> String {
             "{:<10} {:<14} {:<18} {:<16} {:>3} {:>6}  {:<24} {}",
             state(r.state),
             age(r.created_at, now),
-            r.operation.as_deref().unwrap_or("-"),
-            if r.operation.is_some() {
+            r.operation.as_deref().unwrap_or(UNNAMED),
+            if r.request.is_some() {
                 r.recovery_point.as_str()
             } else {
                 "-"
@@ -371,7 +372,7 @@ pub(crate) fn stats(
             out,
             "{:<10} {:<24} {:>10}",
             state(*st),
-            op.as_deref().unwrap_or("- (single-phase)"),
+            op.as_deref().unwrap_or(UNNAMED),
             n
         );
     }
@@ -385,7 +386,7 @@ pub(crate) fn stats(
                 "\noldest in flight: {} under {} ({}), claimed {}",
                 r.key,
                 r.scope,
-                r.operation.as_deref().unwrap_or("single-phase"),
+                r.operation.as_deref().unwrap_or(UNNAMED),
                 age(r.created_at, now)
             );
         }

@@ -130,7 +130,7 @@ const REAPABLE: &str = "SELECT state, COUNT(*) FROM idem_keys WHERE created_at <
 
 const RESUME: &str = "UPDATE idem_keys SET state = 'in_flight', locked_at = NULL, \
      next_attempt_at = $3, attempts = 0, resumed_at = $3 \
-     WHERE scope = $1 AND idem_key = $2 AND state = 'exhausted' AND operation IS NOT NULL";
+     WHERE scope = $1 AND idem_key = $2 AND state = 'exhausted' AND request_method IS NOT NULL";
 
 const SQLITE_HAS_TABLES: &str = "SELECT COUNT(*) FROM sqlite_master \
      WHERE type = 'table' AND name IN ('idem_keys', 'idem_schema_migrations')";

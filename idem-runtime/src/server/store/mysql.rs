@@ -43,17 +43,14 @@ pub(super) const COLUMNS: &str = "CONVERT(scope USING utf8mb4) AS scope, \
      response_headers, response_body, created_at, completed_at, attempts, next_attempt_at, \
      resumed_at";
 
-const CLAIM_SINGLE: &str = "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, \
-     recovery_point, lock_generation, locked_at, created_at) \
-     VALUES (?, ?, ?, 'in_flight', 'started', 1, ?, ?)";
-
-const CLAIM_PHASED: &str = "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, \
+const CLAIM: &str = "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, \
      operation, request_method, request_path, request_body, recovery_point, lock_generation, \
      locked_at, created_at) VALUES (?, ?, ?, 'in_flight', ?, ?, ?, ?, 'started', 1, ?, ?)";
 
 const CLAIM_COMPLETE: &str = "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, \
      recovery_point, lock_generation, created_at, completed_at, response_status, \
-     response_headers, response_body) VALUES (?, ?, ?, 'complete', 'finished', 1, ?, ?, ?, ?, ?)";
+     response_headers, response_body, operation) \
+     VALUES (?, ?, ?, 'complete', 'finished', 1, ?, ?, ?, ?, ?, ?)";
 
 /// Error 1062: duplicate entry for a unique key.
 const DUPLICATE_KEY: u16 = 1062;
@@ -143,13 +140,20 @@ struct Migration {
 }
 
 /// The newest schema version this build writes on the MySQL family.
-pub(super) const MYSQL_SCHEMA_VERSION: i64 = 1;
+pub(super) const MYSQL_SCHEMA_VERSION: i64 = 2;
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "idempotency keys and steps",
-    sql: include_str!("../../../migrations/mysql/0001_idempotency_keys.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "idempotency keys and steps",
+        sql: include_str!("../../../migrations/mysql/0001_idempotency_keys.sql"),
+    },
+    Migration {
+        version: 2,
+        description: "operation names on every record, and the open records' index",
+        sql: include_str!("../../../migrations/mysql/0002_open_records.sql"),
+    },
+];
 
 /// Runs one statement, binding each value in order.
 macro_rules! run {
@@ -223,25 +227,22 @@ impl Backend for MySql {
         _session: Option<Duration>,
     ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
         Box::pin(async move {
-            let result = if c.operation.is_some() || c.request.is_some() {
-                let sql = bounded(CLAIM_PHASED, wait);
-                run!(
-                    conn,
-                    &sql,
-                    c.scope,
-                    c.key,
-                    c.fingerprint,
-                    c.operation,
-                    c.request.map(|r| r.method.as_str()),
-                    c.request.map(|r| r.path.as_str()),
-                    c.request.map(|r| r.body.as_slice()),
-                    c.now,
-                    c.now,
-                )
-            } else {
-                let sql = bounded(CLAIM_SINGLE, wait);
-                run!(conn, &sql, c.scope, c.key, c.fingerprint, c.now, c.now)
-            };
+            // One statement for both kinds: a single-phase claim's request
+            // columns are NULL.
+            let sql = bounded(CLAIM, wait);
+            let result = run!(
+                conn,
+                &sql,
+                c.scope,
+                c.key,
+                c.fingerprint,
+                c.operation,
+                c.request.map(|r| r.method.as_str()),
+                c.request.map(|r| r.path.as_str()),
+                c.request.map(|r| r.body.as_slice()),
+                c.now,
+                c.now,
+            );
             claimed(result, wait)
         })
     }
@@ -271,6 +272,7 @@ impl Backend for MySql {
                 i64::from(response.status),
                 response.headers_json(),
                 response.body.as_ref(),
+                c.operation,
             );
             claimed(result, wait)
         })
@@ -451,11 +453,12 @@ impl Backend for MySql {
 
     fn count_exhausted(conn: &mut Self::Connection) -> BoxFuture<'_, Result<i64, StoreError>> {
         Box::pin(async move {
-            Ok(
-                sqlx::query_scalar("SELECT COUNT(*) FROM idem_keys WHERE state = 'exhausted'")
-                    .fetch_one(&mut *conn)
-                    .await?,
+            Ok(sqlx::query_scalar(
+                "SELECT COUNT(*) FROM idem_keys \
+                     WHERE request_method IS NOT NULL AND state = 'exhausted'",
             )
+            .fetch_one(&mut *conn)
+            .await?)
         })
     }
 
@@ -473,7 +476,7 @@ impl Backend for MySql {
                  CAST(COALESCE(SUM(state = 'in_flight' \
                    AND (locked_at IS NULL OR locked_at < ?) \
                    AND (next_attempt_at IS NULL OR next_attempt_at <= ?)), 0) AS SIGNED) \
-                 FROM idem_keys WHERE state <> 'complete'",
+                 FROM idem_keys WHERE request_method IS NOT NULL AND state <> 'complete'",
             )
             .bind(lock_cutoff)
             .bind(now)
@@ -501,7 +504,8 @@ impl Backend for MySql {
             let rows = sqlx::query(
                 "SELECT CONVERT(scope USING utf8mb4) AS scope, \
                  CONVERT(idem_key USING utf8mb4) AS idem_key, operation, recovery_point, \
-                 attempts, created_at FROM idem_keys WHERE state = 'exhausted' \
+                 attempts, created_at FROM idem_keys \
+                 WHERE request_method IS NOT NULL AND state = 'exhausted' \
                  ORDER BY created_at LIMIT ?",
             )
             .bind(limit)
@@ -566,7 +570,8 @@ impl Backend for MySql {
                 conn,
                 "UPDATE idem_keys SET state = 'complete', response_status = ?, \
                  response_headers = ?, response_body = ?, completed_at = ?, locked_at = NULL, \
-                 recovery_point = 'finished' \
+                 recovery_point = 'finished', request_method = NULL, request_path = NULL, \
+                 request_body = NULL \
                  WHERE scope = ? AND idem_key = ? AND lock_generation = ? AND state = 'in_flight'",
                 i64::from(response.status),
                 response.headers_json(),
@@ -650,7 +655,7 @@ impl Backend for MySql {
         Box::pin(async move {
             Ok(sqlx::query_as(
                 "SELECT CONVERT(scope USING utf8mb4), CONVERT(idem_key USING utf8mb4) \
-                 FROM idem_keys WHERE state = 'in_flight' AND operation IS NOT NULL \
+                 FROM idem_keys WHERE request_method IS NOT NULL AND state = 'in_flight' \
                    AND (locked_at IS NULL OR locked_at < ?) \
                    AND (next_attempt_at IS NULL OR next_attempt_at <= ?) \
                  ORDER BY created_at LIMIT ?",
@@ -709,7 +714,7 @@ mod tests {
         assert_eq!(wait_seconds(Duration::from_millis(2000)), 2);
         assert_eq!(wait_seconds(Duration::from_millis(2001)), 3);
         assert!(
-            bounded(CLAIM_SINGLE, Duration::from_secs(2))
+            bounded(CLAIM, Duration::from_secs(2))
                 .starts_with("SET STATEMENT innodb_lock_wait_timeout = 2 FOR INSERT")
         );
     }

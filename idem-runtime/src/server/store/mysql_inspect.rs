@@ -152,7 +152,7 @@ impl Inspect for MySql {
                 "UPDATE idem_keys SET state = 'in_flight', locked_at = NULL, \
                  next_attempt_at = ?, attempts = 0, resumed_at = ? \
                  WHERE scope = ? AND idem_key = ? AND state = 'exhausted' \
-                   AND operation IS NOT NULL",
+                   AND request_method IS NOT NULL",
             )
             .bind(now)
             .bind(now)

@@ -48,7 +48,7 @@ macro_rules! lift_bound {
     };
 }
 
-const CLAIM_POSTGRES: &str = concat!(claim_single!(bounded_state!("$5")), ", ", lift_bound!());
+const CLAIM_POSTGRES: &str = concat!(claim_single!(bounded_state!("$6")), ", ", lift_bound!());
 const CLAIM_PHASED_POSTGRES: &str =
     concat!(claim_phased!(bounded_state!("$9")), ", ", lift_bound!());
 const LIFT_BOUND_POSTGRES: &str = concat!("SELECT ", lift_bound!());
@@ -57,8 +57,10 @@ const LIFT_BOUND_POSTGRES: &str = concat!("SELECT ", lift_bound!());
 // the insert reads its row from it. Nothing after it in the transaction
 // waits on a lock, so the bound is left to end with the transaction.
 const CLAIM_COMPLETE_POSTGRES: &str = concat!(
-    "WITH bound AS MATERIALIZED (SELECT set_config('lock_timeout', $8, true)) ",
-    claim_complete!("SELECT $1, $2, $3, 'complete', 'finished', 1, $4, $4, $5, $6, $7 FROM bound")
+    "WITH bound AS MATERIALIZED (SELECT set_config('lock_timeout', $9, true)) ",
+    claim_complete!(
+        "SELECT $1, $2, $3, 'complete', 'finished', 1, $4, $4, $5, $6, $7, $8 FROM bound"
+    )
 );
 
 const POSTGRES_MIGRATIONS: &[Migration] = &[
@@ -82,10 +84,15 @@ const POSTGRES_MIGRATIONS: &[Migration] = &[
         description: "when an operator last resumed a record",
         sql: include_str!("../../../migrations/postgres/0004_resumed_at.sql"),
     },
+    Migration {
+        version: 5,
+        description: "operation names on every record, and the open records' index",
+        sql: include_str!("../../../migrations/postgres/0005_open_records.sql"),
+    },
 ];
 
 /// The newest schema version this build writes on PostgreSQL.
-pub(super) const POSTGRES_SCHEMA_VERSION: i64 = 4;
+pub(super) const POSTGRES_SCHEMA_VERSION: i64 = 5;
 
 // Concurrent migration runs are serialised by a transaction-scoped
 // advisory lock: nothing outlives the transaction, behind a pooler too.

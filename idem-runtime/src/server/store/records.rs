@@ -66,9 +66,11 @@ pub struct NewClaim<'a> {
     pub key: &'a str,
     /// SHA-256 of method, path and canonical body, hex.
     pub fingerprint: &'a str,
-    /// Registered operation name, for phased operations the completer can resume.
+    /// The operation's name (its operationId, or the route a layer without
+    /// names counts it under); for a phased operation, the registered name
+    /// the completer resumes it by.
     pub operation: Option<&'a str>,
-    /// The request, kept for phased operations only.
+    /// The request, kept for phased operations only, until they complete.
     pub request: Option<&'a StoredRequest>,
     /// Milliseconds since the Unix epoch.
     pub now: i64,
@@ -85,9 +87,10 @@ pub struct KeyRecord {
     pub fingerprint: String,
     /// In flight or complete.
     pub state: KeyState,
-    /// Operation name of a phased operation.
+    /// The operation's name, as [`NewClaim::operation`]; `None` on a
+    /// single-phase record written before names were stored.
     pub operation: Option<String>,
-    /// The stored request of a phased operation.
+    /// The stored request of a phased operation not yet complete.
     pub request: Option<StoredRequest>,
     /// Last recovery point reached.
     pub recovery_point: String,

@@ -19,16 +19,16 @@ pub(super) const SELECT_RECORD: &str = "SELECT scope, idem_key, fingerprint, sta
      WHERE scope = $1 AND idem_key = $2";
 
 // The claim of a single-phase request binds what it writes and nothing
-// more; a phased request also keeps its operation and request for the
-// completer. `$state` is the state column's value: PostgreSQL bounds the
-// wait there.
+// more (its operation's name, for operators); a phased request also keeps
+// its request for the completer, until it completes. `$state` is the state
+// column's value: PostgreSQL bounds the wait there.
 macro_rules! claim_single {
     ($state:expr) => {
         concat!(
-            "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, recovery_point, \
-             lock_generation, locked_at, created_at) VALUES ($1, $2, $3, ",
+            "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, operation, \
+             recovery_point, lock_generation, locked_at, created_at) VALUES ($1, $2, $3, ",
             $state,
-            ", 'started', 1, $4, $4) \
+            ", $5, 'started', 1, $4, $4) \
              ON CONFLICT (scope, idem_key) DO NOTHING RETURNING lock_generation"
         )
     };
@@ -53,14 +53,14 @@ macro_rules! claim_complete {
         concat!(
             "INSERT INTO idem_keys (scope, idem_key, fingerprint, state, recovery_point, \
              lock_generation, created_at, completed_at, response_status, response_headers, \
-             response_body) ",
+             response_body, operation) ",
             $values,
             " ON CONFLICT (scope, idem_key) DO NOTHING RETURNING lock_generation"
         )
     };
 }
 pub(super) const CLAIM_COMPLETE: &str =
-    claim_complete!("VALUES ($1, $2, $3, 'complete', 'finished', 1, $4, $4, $5, $6, $7)");
+    claim_complete!("VALUES ($1, $2, $3, 'complete', 'finished', 1, $4, $4, $5, $6, $7, $8)");
 pub(super) const DELETE_EXPIRED: &str = "DELETE FROM idem_keys \
      WHERE scope = $1 AND idem_key = $2 AND created_at < $3 AND state = 'complete'";
 
@@ -154,17 +154,26 @@ pub(super) const EXHAUST: &str = "UPDATE idem_keys SET state = 'exhausted', lock
 // `stale`: in flight, its lock older than the cutoff and its next run due,
 // which is what the completer takes: a count that stays above zero says the
 // completer is not running or not keeping up.
+//
+// Only a phased record is ever committed anything but complete (a
+// single-phase claim commits with its response), and it keeps its request
+// until it completes: `request_method IS NOT NULL` names the open records,
+// through an index the completion leaves alone where a single-phase record
+// is concerned (its request is NULL before and after), so that update stays
+// HOT. The watched statements below read that index, never the whole table.
 pub(super) const COUNT_WATCHED: &str = "SELECT \
      COALESCE(SUM(CASE WHEN state = 'in_flight' THEN 1 ELSE 0 END), 0), \
      COALESCE(SUM(CASE WHEN state = 'exhausted' THEN 1 ELSE 0 END), 0), \
      COALESCE(SUM(CASE WHEN state = 'in_flight' AND (locked_at IS NULL OR locked_at < $1) \
        AND (next_attempt_at IS NULL OR next_attempt_at <= $2) THEN 1 ELSE 0 END), 0) \
-     FROM idem_keys WHERE state <> 'complete'";
+     FROM idem_keys WHERE request_method IS NOT NULL AND state <> 'complete'";
 
-pub(super) const COUNT_EXHAUSTED: &str = "SELECT COUNT(*) FROM idem_keys WHERE state = 'exhausted'";
+pub(super) const COUNT_EXHAUSTED: &str =
+    "SELECT COUNT(*) FROM idem_keys WHERE request_method IS NOT NULL AND state = 'exhausted'";
 
 pub(super) const EXHAUSTED: &str = "SELECT scope, idem_key, operation, recovery_point, attempts, created_at \
-     FROM idem_keys WHERE state = 'exhausted' ORDER BY created_at LIMIT $1";
+     FROM idem_keys WHERE request_method IS NOT NULL AND state = 'exhausted' \
+     ORDER BY created_at LIMIT $1";
 
 pub(super) const ADVANCE: &str = "UPDATE idem_keys SET recovery_point = $4, locked_at = $5 \
      WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
@@ -172,9 +181,12 @@ pub(super) const ADVANCE: &str = "UPDATE idem_keys SET recovery_point = $4, lock
 pub(super) const RELEASE: &str = "UPDATE idem_keys SET locked_at = NULL \
      WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
 
+// A phased record lets its request go as it completes, and so leaves the
+// open records' index.
 pub(super) const COMPLETE: &str = "UPDATE idem_keys SET state = 'complete', response_status = $4, \
      response_headers = $5, response_body = $6, completed_at = $7, locked_at = NULL, \
-     recovery_point = 'finished' \
+     recovery_point = 'finished', request_method = NULL, request_path = NULL, \
+     request_body = NULL \
      WHERE scope = $1 AND idem_key = $2 AND lock_generation = $3 AND state = 'in_flight'";
 
 pub(super) const LOAD_STEPS: &str = "SELECT step, status, derived_key, output FROM idem_steps \
@@ -188,7 +200,7 @@ pub(super) const RECORD_STEP: &str = "INSERT INTO idem_steps (scope, idem_key, s
 pub(super) const DELETE_STEPS: &str = "DELETE FROM idem_steps WHERE scope = $1 AND idem_key = $2";
 
 pub(super) const ABANDONED: &str = "SELECT scope, idem_key FROM idem_keys \
-     WHERE state = 'in_flight' AND operation IS NOT NULL \
+     WHERE request_method IS NOT NULL AND state = 'in_flight' \
        AND (locked_at IS NULL OR locked_at < $1) \
        AND (next_attempt_at IS NULL OR next_attempt_at <= $2) \
      ORDER BY created_at LIMIT $3";
@@ -382,7 +394,7 @@ macro_rules! impl_backend {
                     let ((plain_single, plain_phased), bounding) = $claims;
                     let bounded = bounding.filter(|_| !session_bounds(session, wait));
                     let (single, phased) = bounded.unwrap_or((plain_single, plain_phased));
-                    let statement = if c.operation.is_some() || c.request.is_some() {
+                    let statement = if c.request.is_some() {
                         sqlx::query_as::<_, (i64,)>(phased)
                             .persistent($named)
                             .bind(c.scope)
@@ -397,14 +409,16 @@ macro_rules! impl_backend {
                         let bytes = size(c.scope.as_bytes())
                             + size(c.key.as_bytes())
                             + size(c.fingerprint.as_bytes())
+                            + size(c.operation.unwrap_or_default().as_bytes())
                             + INTEGER
                             + BOUND;
-                        sqlx::query_as_with::<_, (i64,), _>(single, arguments::<$db>(5, bytes))
+                        sqlx::query_as_with::<_, (i64,), _>(single, arguments::<$db>(6, bytes))
                             .persistent($named)
                             .bind(c.scope)
                             .bind(c.key)
                             .bind(c.fingerprint)
                             .bind(c.now)
+                            .bind(c.operation)
                     };
                     let statement = if bounded.is_some() {
                         statement.bind(lock_timeout_setting(wait))
@@ -432,10 +446,11 @@ macro_rules! impl_backend {
                         + size(c.fingerprint.as_bytes())
                         + size(headers.as_deref().unwrap_or_default().as_bytes())
                         + size(&response.body)
+                        + size(c.operation.unwrap_or_default().as_bytes())
                         + 2 * INTEGER
                         + BOUND;
                     let mut query =
-                        sqlx::query_as_with::<_, (i64,), _>(statement, arguments::<$db>(8, bytes))
+                        sqlx::query_as_with::<_, (i64,), _>(statement, arguments::<$db>(9, bytes))
                             .persistent($named)
                             .bind(c.scope)
                             .bind(c.key)
@@ -443,7 +458,8 @@ macro_rules! impl_backend {
                             .bind(c.now)
                             .bind(i64::from(response.status))
                             .bind(headers)
-                            .bind(response.body.as_ref());
+                            .bind(response.body.as_ref())
+                            .bind(c.operation);
                     if bounded.is_some() {
                         query = query.bind(lock_timeout_setting(wait));
                     }

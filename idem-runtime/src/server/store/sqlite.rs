@@ -28,10 +28,15 @@ const SQLITE_MIGRATIONS: &[Migration] = &[
         description: "when an operator last resumed a record",
         sql: include_str!("../../../migrations/sqlite/0003_resumed_at.sql"),
     },
+    Migration {
+        version: 4,
+        description: "operation names on every record, and the open records' index",
+        sql: include_str!("../../../migrations/sqlite/0004_open_records.sql"),
+    },
 ];
 
 /// The newest schema version this build writes on SQLite.
-pub(super) const SQLITE_SCHEMA_VERSION: i64 = 3;
+pub(super) const SQLITE_SCHEMA_VERSION: i64 = 4;
 
 // SQLite serialises migration runs through its single writer: the first
 // statement that writes waits for any other, so the lock is any statement.
