@@ -473,8 +473,25 @@ async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
             .is_empty()
     );
     let _ = g;
-    // Reap everything claimed before 1500: three records, two never finished.
-    let mut reaped = DB::reap(&mut tx, 1_500).await.unwrap();
+    // A younger phased record with a step: neither it nor its step is reaped.
+    DB::claim(&mut tx, &phased_claim("a", "young", 2_000), WAIT, None)
+        .await
+        .unwrap()
+        .unwrap();
+    DB::record_step(&mut tx, "a", "young", &intent, 2_000)
+        .await
+        .unwrap();
+    // Reap everything claimed before 1500, in batches of two: three
+    // records, two never finished.
+    let mut reaped = DB::reap(&mut tx, 1_500, 2).await.unwrap();
+    assert_eq!(reaped.len(), 2);
+    reaped.extend(DB::reap(&mut tx, 1_500, 2).await.unwrap());
+    assert!(DB::reap(&mut tx, 1_500, 2).await.unwrap().is_empty());
+    assert_eq!(
+        DB::load_steps(&mut tx, "a", "young").await.unwrap().len(),
+        1
+    );
+    assert!(DB::load(&mut tx, "a", "young").await.unwrap().is_some());
     reaped.sort_by(|a, b| a.key.cmp(&b.key));
     assert_eq!(reaped.len(), 3);
     assert_eq!(reaped[0].state, KeyState::Complete);

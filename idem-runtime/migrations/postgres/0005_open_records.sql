@@ -12,3 +12,10 @@ UPDATE idem_keys SET request_method = NULL, request_path = NULL, request_body = 
 DROP INDEX IF EXISTS idem_keys_phased;
 CREATE INDEX IF NOT EXISTS idem_keys_open ON idem_keys (created_at)
     WHERE request_method IS NOT NULL;
+
+-- The reaper deletes in batches, the oldest first: a B-tree on the claim
+-- time hands each batch its rows in order, where the block-range index it
+-- replaces made every batch sort (and step over) all that had expired. The
+-- completion does not change `created_at`, so it stays HOT.
+DROP INDEX IF EXISTS idem_keys_created;
+CREATE INDEX IF NOT EXISTS idem_keys_created ON idem_keys (created_at);

@@ -39,6 +39,29 @@ pub struct ReaperReport {
     pub unfinished: Vec<ReapedRecord>,
 }
 
+/// How many records one reaper batch deletes, in one transaction.
+pub const REAP_BATCH: i64 = 1_000;
+
+/// How many times a batch's own duration the reaper rests after it.
+const REAPER_REST: u32 = 3;
+
+/// Counts one reaper batch in `idem_reaped_total`, by state.
+fn count_reaped(deleted: &[ReapedRecord]) {
+    let complete = deleted
+        .iter()
+        .filter(|r| r.state == KeyState::Complete)
+        .count();
+    for (state, count) in [
+        ("complete", complete),
+        ("incomplete", deleted.len() - complete),
+    ] {
+        if count > 0 {
+            metrics::counter!(metric::REAPED_TOTAL, "state" => state)
+                .increment(u64::try_from(count).unwrap_or(u64::MAX));
+        }
+    }
+}
+
 impl<DB: Backend> Idempotency<DB> {
     /// One completer pass: takes over up to `limit` in-flight phased records
     /// whose lock is older than `lock-timeout` and whose next run is due, and
@@ -90,43 +113,44 @@ impl<DB: Backend> Idempotency<DB> {
     /// One reaper pass: deletes every record claimed more than `reaper-after`
     /// ago, and logs at `error` each one that never completed, for a human
     /// to follow up.
+    ///
+    /// It deletes in batches of [`REAP_BATCH`] records, the oldest first,
+    /// each in a transaction of its own: no batch holds its locks for longer
+    /// than it takes to delete that many rows, and no more than a batch is
+    /// read into the process at once. Between batches it rests three times
+    /// as long as the batch took, so a pass after an outage that left
+    /// millions of records behind takes at most a quarter of the store's
+    /// time from the requests beside it.
     pub async fn reap(&self) -> Result<ReaperReport, StoreError> {
         // The longest horizon of every policy sharing the store, so no
         // record goes before its own operation's `reaper-after`.
         let cutoff = now_ms().saturating_sub(ms(self.horizons().1));
-        let mut tx = self.store().pool().begin().await?;
-        let deleted = DB::reap(&mut tx, cutoff).await?;
-        tx.commit().await?;
-        let mut report = ReaperReport {
-            deleted: deleted.len(),
-            unfinished: Vec::new(),
-        };
-        let complete = deleted
-            .iter()
-            .filter(|r| r.state == KeyState::Complete)
-            .count();
-        for (state, count) in [
-            ("complete", complete),
-            ("incomplete", deleted.len() - complete),
-        ] {
-            if count > 0 {
-                metrics::counter!(metric::REAPED_TOTAL, "state" => state)
-                    .increment(u64::try_from(count).unwrap_or(u64::MAX));
+        let mut report = ReaperReport::default();
+        loop {
+            let batch_started = std::time::Instant::now();
+            let mut tx = self.store().pool().begin().await?;
+            let deleted = DB::reap(&mut tx, cutoff, REAP_BATCH).await?;
+            tx.commit().await?;
+            let full = deleted.len() >= usize::try_from(REAP_BATCH).unwrap_or(usize::MAX);
+            report.deleted += deleted.len();
+            count_reaped(&deleted);
+            for record in deleted {
+                if record.state != KeyState::Complete {
+                    tracing::error!(
+                        scope = %record.scope,
+                        key = %record.key,
+                        operation = record.operation.as_deref().unwrap_or("-"),
+                        recovery_point = %record.recovery_point,
+                        "reaper deleted a request that never completed; its effects stop at this recovery point"
+                    );
+                    report.unfinished.push(record);
+                }
             }
-        }
-        for record in deleted {
-            if record.state != KeyState::Complete {
-                tracing::error!(
-                    scope = %record.scope,
-                    key = %record.key,
-                    operation = record.operation.as_deref().unwrap_or("-"),
-                    recovery_point = %record.recovery_point,
-                    "reaper deleted a request that never completed; its effects stop at this recovery point"
-                );
-                report.unfinished.push(record);
+            if !full {
+                return Ok(report);
             }
+            tokio::time::sleep(batch_started.elapsed() * REAPER_REST).await;
         }
-        Ok(report)
     }
 
     /// How many records are in the terminal state `exhausted`: requests whose

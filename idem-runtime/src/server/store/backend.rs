@@ -223,10 +223,14 @@ pub trait Backend: sqlx::Database + Sized {
         limit: i64,
     ) -> BoxFuture<'a, Result<Vec<(String, String)>, StoreError>>;
 
-    /// Deletes records claimed before `created_before` (and their steps) and
-    /// returns what was deleted.
+    /// One reaper batch: deletes at most `limit` records claimed before
+    /// `created_before`, the oldest first, and their steps, and returns
+    /// what was deleted. A record another transaction holds is left for a
+    /// later batch where the engine can skip it (PostgreSQL, MySQL), so
+    /// the reaper never waits on a claim.
     fn reap<'a>(
         conn: &'a mut Self::Connection,
         created_before: i64,
+        limit: i64,
     ) -> BoxFuture<'a, Result<Vec<ReapedRecord>, StoreError>>;
 }

@@ -26,8 +26,8 @@ pub struct Inspected {
 pub struct ListFilter {
     /// Only records in this state.
     pub state: Option<KeyState>,
-    /// Only records of this phased operation (single-phase records keep no
-    /// operation name).
+    /// Only records of this operation (records written before schema
+    /// version 5 name phased operations only).
     pub operation: Option<String>,
     /// Only records claimed before this time (ms since epoch).
     pub claimed_before: Option<i64>,
@@ -39,7 +39,7 @@ pub struct ListFilter {
 #[derive(Debug, Clone, Default)]
 pub struct KeyStats {
     /// `(state, operation, count)`; the operation is `None` for
-    /// single-phase records.
+    /// single-phase records written before records named their operation.
     pub by_state: Vec<(KeyState, Option<String>, i64)>,
     /// The in-flight record claimed longest ago.
     pub oldest_in_flight: Option<KeyRecord>,

@@ -671,15 +671,20 @@ impl Backend for MySql {
     fn reap<'a>(
         conn: &'a mut Self::Connection,
         created_before: i64,
+        limit: i64,
     ) -> BoxFuture<'a, Result<Vec<ReapedRecord>, StoreError>> {
         Box::pin(async move {
-            // What is deleted is read first, locked, in the same transaction.
+            // The batch is read first, locked, skipping what another
+            // transaction holds (a claim, another process's reaper), and
+            // deleted by key with its steps, in the same transaction.
             let rows = sqlx::query(
                 "SELECT CONVERT(scope USING utf8mb4) AS scope, \
                  CONVERT(idem_key USING utf8mb4) AS idem_key, state, operation, recovery_point \
-                 FROM idem_keys WHERE created_at < ? FOR UPDATE",
+                 FROM idem_keys WHERE created_at < ? ORDER BY created_at LIMIT ? \
+                 FOR UPDATE SKIP LOCKED",
             )
             .bind(created_before)
+            .bind(limit)
             .fetch_all(&mut *conn)
             .await?;
             let reaped = rows
@@ -689,16 +694,15 @@ impl Backend for MySql {
             if reaped.is_empty() {
                 return Ok(reaped);
             }
-            run!(
-                conn,
-                "DELETE FROM idem_keys WHERE created_at < ?",
-                created_before
-            )?;
-            run!(
-                conn,
-                "DELETE FROM idem_steps WHERE NOT EXISTS (SELECT 1 FROM idem_keys k \
-                 WHERE k.scope = idem_steps.scope AND k.idem_key = idem_steps.idem_key)"
-            )?;
+            let pairs = vec!["(?, ?)"; reaped.len()].join(", ");
+            for table in ["idem_steps", "idem_keys"] {
+                let sql = format!("DELETE FROM {table} WHERE (scope, idem_key) IN ({pairs})");
+                let mut query = sqlx::query(&sql);
+                for r in &reaped {
+                    query = query.bind(&r.scope).bind(&r.key);
+                }
+                query.execute(&mut *conn).await?;
+            }
             Ok(reaped)
         })
     }

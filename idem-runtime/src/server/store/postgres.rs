@@ -109,5 +109,6 @@ impl_backend!(
     (CLAIM_COMPLETE, Some(CLAIM_COMPLETE_POSTGRES)),
     Some(LIFT_BOUND_POSTGRES),
     super::named_statements(),
-    Some(super::replication::POSTGRES_REPLICATION)
+    Some(super::replication::POSTGRES_REPLICATION),
+    (None, REAP_POSTGRES)
 );

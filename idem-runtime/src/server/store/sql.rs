@@ -205,11 +205,32 @@ pub(super) const ABANDONED: &str = "SELECT scope, idem_key FROM idem_keys \
        AND (next_attempt_at IS NULL OR next_attempt_at <= $2) \
      ORDER BY created_at LIMIT $3";
 
-pub(super) const REAP: &str = "DELETE FROM idem_keys WHERE created_at < $1 \
+// One reaper batch: the `$2` oldest records claimed before `$1`, found
+// through the `created_at` index from its oldest end, so a batch reads what
+// it deletes and not the rows earlier batches left dead. Their steps go in
+// the same transaction, found by key.
+//
+// SQLite (one writer: the two statements see the same rows) deletes the
+// steps first, then the records.
+pub(super) const REAP_STEPS_SQLITE: &str = "DELETE FROM idem_steps WHERE (scope, idem_key) IN \
+     (SELECT scope, idem_key FROM idem_keys WHERE created_at < $1 ORDER BY created_at LIMIT $2)";
+pub(super) const REAP_SQLITE: &str = "DELETE FROM idem_keys WHERE (scope, idem_key) IN \
+     (SELECT scope, idem_key FROM idem_keys WHERE created_at < $1 ORDER BY created_at LIMIT $2) \
      RETURNING scope, idem_key, state, operation, recovery_point";
-
-pub(super) const REAP_STEPS: &str = "DELETE FROM idem_steps WHERE NOT EXISTS (SELECT 1 FROM idem_keys k \
-     WHERE k.scope = idem_steps.scope AND k.idem_key = idem_steps.idem_key)";
+// PostgreSQL skips a record another transaction holds (a claim re-taking an
+// expired key, another process's reaper), so the reaper never waits on a
+// claim, and deletes the steps of what it deleted in the same statement.
+// The steps' key columns have the database's collation, the records' "C":
+// the join compares in the steps' own, so it looks them up by their index.
+pub(super) const REAP_POSTGRES: &str = "WITH gone AS (\
+     DELETE FROM idem_keys WHERE (scope, idem_key) IN \
+       (SELECT scope, idem_key FROM idem_keys WHERE created_at < $1 \
+        ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+     RETURNING scope, idem_key, state, operation, recovery_point), \
+   steps AS (DELETE FROM idem_steps s USING gone \
+     WHERE s.scope = gone.scope COLLATE \"default\" \
+       AND s.idem_key = gone.idem_key COLLATE \"default\") \
+   SELECT scope, idem_key, state, operation, recovery_point FROM gone";
 
 pub(super) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
      version BIGINT PRIMARY KEY, description TEXT NOT NULL, applied_at BIGINT NOT NULL)";
@@ -340,7 +361,7 @@ pub(super) fn now_for_migrations() -> i64 {
 
 /// The `Backend` implementation of an engine of the shared dialect.
 macro_rules! impl_backend {
-    ($db:ty, $migrations:expr, $lock:expr, $claims:expr, $complete:expr, $lift:expr, $named:expr, $replication:expr) => {
+    ($db:ty, $migrations:expr, $lock:expr, $claims:expr, $complete:expr, $lift:expr, $named:expr, $replication:expr, $reap:expr) => {
         impl Backend for $db {
             fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>> {
                 Box::pin(async move {
@@ -836,22 +857,25 @@ macro_rules! impl_backend {
             fn reap<'a>(
                 conn: &'a mut Self::Connection,
                 created_before: i64,
+                limit: i64,
             ) -> BoxFuture<'a, Result<Vec<ReapedRecord>, StoreError>> {
                 Box::pin(async move {
-                    let rows = sqlx::query(REAP)
+                    let (steps_first, records): (Option<&'static str>, &'static str) = $reap;
+                    if let Some(steps) = steps_first {
+                        sqlx::query(steps)
+                            .persistent($named)
+                            .bind(created_before)
+                            .bind(limit)
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    let rows = sqlx::query(records)
                         .persistent($named)
                         .bind(created_before)
+                        .bind(limit)
                         .fetch_all(&mut *conn)
                         .await?;
-                    let reaped = rows
-                        .iter()
-                        .map(reaped_from_row)
-                        .collect::<Result<Vec<_>, _>>()?;
-                    sqlx::query(REAP_STEPS)
-                        .persistent($named)
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok(reaped)
+                    rows.iter().map(reaped_from_row).collect()
                 })
             }
         }

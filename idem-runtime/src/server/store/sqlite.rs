@@ -50,5 +50,6 @@ impl_backend!(
     (CLAIM_COMPLETE, None::<&'static str>),
     None::<&'static str>,
     true,
-    None::<&'static str>
+    None::<&'static str>,
+    (Some(REAP_STEPS_SQLITE), REAP_SQLITE)
 );

@@ -1,0 +1,1042 @@
+//! The key store at the size of a day of production traffic: what a keyed
+//! request, the background jobs' statements and the operator's queries
+//! cost when the key table holds 0, 1 M or 10 M records, and what a reaper
+//! pass costs the requests running beside it.
+//!
+//! ```text
+//! cargo run --release -p idem-runtime --example store_scale -- \
+//!     --store sqlite|postgres|mysql [--url URL] [--rows 0,1000000,10000000] \
+//!     [--open 0.001] [--concurrency 16] [--seconds 10] [--explain]
+//! ```
+//!
+//! PostgreSQL and MySQL/MariaDB take `--url`, or `IDEM_TEST_DATABASE_URL` and
+//! `IDEM_TEST_MYSQL_URL`; SQLite uses a file in a temporary directory. The
+//! bench drops and recreates idem's tables (and its own `scale_orders`)
+//! there: point it at a scratch database.
+//!
+//! For each size the key table is filled by bulk SQL with records shaped
+//! like real traffic, claimed evenly over the last 72 hours (`reaper-after`'s
+//! default): one in ten of a phased operation with two steps, the rest
+//! single-phase; every complete record stores a response of about 500
+//! bytes; a share `--open` of all records (phased ones: half in flight with
+//! a stale lock, half exhausted) is not complete. Then it measures:
+//!
+//! - keyed POSTs through the idempotency layer over loopback, from
+//!   `--concurrency` tasks for `--seconds`: p50, p99 and requests a second;
+//! - each periodic statement (the `idem_records` gauge's two counts, the
+//!   completer's due scan, the exhausted list), the median of 7 runs, and
+//!   one reaper batch of 1,000 records;
+//! - `idem keys stats`, `list` and `show`;
+//! - the bytes the key and step tables and their indexes take, per record;
+//! - then a reaper pass deleting the oldest day (a third of the records)
+//!   while the keyed load runs: p99 during the pass against p99 before it,
+//!   and the records deleted a second.
+//!
+//! `--explain` prints each periodic statement's plan.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail};
+use axum::Router;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use http::StatusCode;
+use idem_runtime::server::{
+    Backend, BoxFuture, HeaderScope, IdemTx, Idempotency, IdempotencyKey, Inspect, ListFilter,
+    Policy, REAP_BATCH, Store,
+};
+use sqlx::{MySql, Pool, Postgres, Sqlite};
+
+const HOUR_MS: i64 = 3_600_000;
+/// The window the records are claimed over: `reaper-after`'s default.
+const WINDOW_MS: i64 = 72 * HOUR_MS;
+/// Records per fill statement, so the fill reports progress.
+const CHUNK: i64 = 500_000;
+
+/// What one fill statement writes: records `from..to` of `total`.
+struct Fill {
+    from: i64,
+    to: i64,
+    total: i64,
+    start_ms: i64,
+    /// One phased record in `open_every` is open (in flight or exhausted).
+    open_every: i64,
+}
+
+/// The engine-specific half of the bench: its bulk fill, its sizes and its
+/// plans.
+trait Scale: Backend + Inspect {
+    /// Drops idem's tables and the bench's own, so `migrate` starts afresh.
+    fn reset(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<()>>;
+    /// Writes the records and steps of `fill`.
+    fn fill<'a>(pool: &'a Pool<Self>, fill: &'a Fill) -> BoxFuture<'a, anyhow::Result<()>>;
+    /// Refreshes the planner's statistics after the fill.
+    fn analyze(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<()>>;
+    /// Bytes of the key and step tables' rows, and of their indexes.
+    fn bytes(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<(i64, i64)>>;
+    /// The plan of `sql` with its `binds` (integers) in place.
+    fn explain<'a>(
+        pool: &'a Pool<Self>,
+        sql: &'a str,
+        binds: &'a [i64],
+    ) -> BoxFuture<'a, anyhow::Result<String>>;
+    /// The handler's own write.
+    fn order<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        body: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+}
+
+// The record columns every engine's fill writes, in this order.
+const FILL_COLUMNS: &str = "scope, idem_key, fingerprint, state, operation, request_method, \
+     request_path, request_body, recovery_point, lock_generation, locked_at, response_status, \
+     response_headers, response_body, created_at, completed_at, attempts";
+
+/// The fill's SELECT list over a derived table with `g` (the record's
+/// number), `p` (phased), `o` (open) and `t` (claimed at), with the
+/// engine's string concatenation and 500-byte body expressions.
+fn fill_select(
+    concat: fn(&[&str]) -> String,
+    fingerprint: &str,
+    body: &str,
+    request: &str,
+) -> String {
+    let scope = concat(&["'acct_'", "g % 5000"]);
+    let key = concat(&["'fill-'", "g"]);
+    format!(
+        "{scope}, {key}, {fingerprint}, \
+         CASE WHEN o THEN CASE WHEN g % 20 = 0 THEN 'in_flight' ELSE 'exhausted' END \
+           ELSE 'complete' END, \
+         CASE WHEN p THEN 'createPayout' ELSE 'createCharge' END, \
+         CASE WHEN o THEN 'POST' END, CASE WHEN o THEN '/payouts' END, \
+         CASE WHEN o THEN {request} END, \
+         CASE WHEN o THEN 'submit:intent' ELSE 'finished' END, 1, \
+         CASE WHEN o THEN t END, CASE WHEN o THEN NULL ELSE 201 END, \
+         CASE WHEN o THEN NULL ELSE '[[\"content-type\",\"application/json\"]]' END, \
+         CASE WHEN o THEN NULL ELSE {body} END, \
+         t, CASE WHEN o THEN NULL ELSE t + 40 END, CASE WHEN o THEN 3 ELSE 1 END"
+    )
+}
+
+/// The steps of the phased records: two each, the second only intended
+/// where the record is open.
+fn steps_select(concat: fn(&[&str]) -> String) -> String {
+    let scope = concat(&["'acct_'", "g % 5000"]);
+    let key = concat(&["'fill-'", "g"]);
+    let derived = concat(&["'fill-'", "g", "':'", "step"]);
+    format!(
+        "{scope}, {key}, step, CASE WHEN o AND step = 'notify' THEN 'intent' ELSE 'done' END, \
+         {derived}, '\"ok\"', t"
+    )
+}
+
+fn pipes(parts: &[&str]) -> String {
+    parts.join(" || ")
+}
+
+fn concat_fn(parts: &[&str]) -> String {
+    format!("CONCAT({})", parts.join(", "))
+}
+
+impl Scale for Postgres {
+    fn reset(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<()>> {
+        Box::pin(async move {
+            sqlx::raw_sql(
+                "DROP TABLE IF EXISTS idem_keys, idem_steps, idem_schema_migrations, scale_orders; \
+                 CREATE TABLE scale_orders (id BIGSERIAL PRIMARY KEY, scope TEXT NOT NULL, \
+                   body BYTEA NOT NULL)",
+            )
+            .execute(pool)
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn fill<'a>(pool: &'a Pool<Self>, fill: &'a Fill) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            let rows = format!(
+                "FROM (SELECT g, g % 10 = 0 AS p, g % 10 = 0 AND (g / 10) % $5 = 0 AS o, \
+                 $4 + g * {WINDOW_MS} / $3 AS t FROM generate_series($1::bigint, $2 - 1) g) s"
+            );
+            let keys = format!(
+                "INSERT INTO idem_keys ({FILL_COLUMNS}) SELECT {} {rows}",
+                fill_select(
+                    pipes,
+                    "md5(g::text) || md5((-g)::text)",
+                    "convert_to(repeat(md5(g::text), 16), 'UTF8')",
+                    "convert_to(repeat(md5(g::text), 4), 'UTF8')"
+                )
+            );
+            let steps = format!(
+                "INSERT INTO idem_steps (scope, idem_key, step, status, derived_key, output, \
+                 updated_at) SELECT {} {rows} CROSS JOIN (VALUES ('submit'), ('notify')) v(step) \
+                 WHERE p",
+                steps_select(pipes)
+            );
+            for sql in [keys, steps] {
+                sqlx::query(&sql)
+                    .bind(fill.from)
+                    .bind(fill.to)
+                    .bind(fill.total)
+                    .bind(fill.start_ms)
+                    .bind(fill.open_every)
+                    .execute(pool)
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn analyze(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<()>> {
+        Box::pin(async move {
+            // One statement at a time: VACUUM refuses a multi-statement batch.
+            for sql in ["VACUUM ANALYZE idem_keys", "VACUUM ANALYZE idem_steps"] {
+                sqlx::raw_sql(sql).execute(pool).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn bytes(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<(i64, i64)>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as(
+                "SELECT (pg_table_size('idem_keys') + pg_table_size('idem_steps'))::bigint, \
+                 (pg_indexes_size('idem_keys') + pg_indexes_size('idem_steps'))::bigint",
+            )
+            .fetch_one(pool)
+            .await?)
+        })
+    }
+
+    fn explain<'a>(
+        pool: &'a Pool<Self>,
+        sql: &'a str,
+        binds: &'a [i64],
+    ) -> BoxFuture<'a, anyhow::Result<String>> {
+        Box::pin(async move {
+            let explain = format!("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {sql}");
+            let mut query = sqlx::query_scalar::<_, String>(&explain);
+            for b in binds {
+                query = query.bind(b);
+            }
+            let mut tx = pool.begin().await?;
+            let lines = query.fetch_all(&mut *tx).await?;
+            tx.rollback().await?;
+            Ok(lines.join("\n"))
+        })
+    }
+
+    fn order<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        body: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            sqlx::query("INSERT INTO scale_orders (scope, body) VALUES ($1, $2)")
+                .bind(scope)
+                .bind(body)
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+impl Scale for MySql {
+    fn reset(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<()>> {
+        Box::pin(async move {
+            sqlx::raw_sql(
+                "DROP TABLE IF EXISTS idem_keys, idem_steps, idem_schema_migrations, scale_orders, \
+                   scale_digits; \
+                 CREATE TABLE scale_orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, \
+                   scope VARCHAR(255) NOT NULL, body BLOB NOT NULL) ENGINE = InnoDB; \
+                 CREATE TABLE scale_digits (d INT PRIMARY KEY); \
+                 INSERT INTO scale_digits VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9)",
+            )
+            .execute(pool)
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn fill<'a>(pool: &'a Pool<Self>, fill: &'a Fill) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            // The record numbers from..to as six digit tables joined: no
+            // recursion limits, the same on MySQL and MariaDB.
+            let numbers = "SELECT ? + a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d \
+                 + 100000 * h.d AS g FROM scale_digits a, scale_digits b, scale_digits c, \
+                 scale_digits e, scale_digits f, scale_digits h";
+            let rows = format!(
+                "FROM (SELECT g, g % 10 = 0 AS p, g % 10 = 0 AND (g DIV 10) % ? = 0 AS o, \
+                 ? + g * {WINDOW_MS} DIV ? AS t FROM ({numbers}) n WHERE g < ?) s"
+            );
+            let keys = format!(
+                "INSERT INTO idem_keys ({FILL_COLUMNS}) SELECT {} {rows}",
+                fill_select(
+                    concat_fn,
+                    "CONCAT(md5(g), md5(-g))",
+                    "REPEAT(md5(g), 16)",
+                    "REPEAT(md5(g), 4)"
+                )
+            );
+            let steps = format!(
+                "INSERT INTO idem_steps (scope, idem_key, step, status, derived_key, output, \
+                 updated_at) SELECT {} {rows} CROSS JOIN (SELECT 'submit' AS step UNION ALL \
+                 SELECT 'notify') v WHERE p",
+                steps_select(concat_fn)
+            );
+            // The digits reach 999,999 past `from`: a fill statement writes
+            // at most `CHUNK` records.
+            for sql in [keys, steps] {
+                sqlx::query(&sql)
+                    .bind(fill.open_every)
+                    .bind(fill.start_ms)
+                    .bind(fill.total)
+                    .bind(fill.from)
+                    .bind(fill.to)
+                    .execute(pool)
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn analyze(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<()>> {
+        Box::pin(async move {
+            sqlx::raw_sql("ANALYZE TABLE idem_keys, idem_steps")
+                .execute(pool)
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn bytes(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<(i64, i64)>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as(
+                "SELECT CAST(SUM(data_length) AS SIGNED), CAST(SUM(index_length) AS SIGNED) \
+                 FROM information_schema.tables \
+                 WHERE table_schema = DATABASE() AND table_name IN ('idem_keys', 'idem_steps')",
+            )
+            .fetch_one(pool)
+            .await?)
+        })
+    }
+
+    fn explain<'a>(
+        pool: &'a Pool<Self>,
+        sql: &'a str,
+        binds: &'a [i64],
+    ) -> BoxFuture<'a, anyhow::Result<String>> {
+        Box::pin(async move {
+            let explain = format!("EXPLAIN {}", sql.replace(['$'], "?"));
+            let explain = strip_numbers(&explain);
+            let mut query = sqlx::query(&explain);
+            for b in binds {
+                query = query.bind(b);
+            }
+            let rows = query.fetch_all(pool).await?;
+            let mut out = String::from("table | type | key | rows | Extra\n");
+            for row in rows {
+                use sqlx::Row as _;
+                let text = |name: &str| -> String {
+                    row.try_get::<Option<String>, _>(name)
+                        .ok()
+                        .flatten()
+                        .unwrap_or_else(|| "-".to_owned())
+                };
+                let rows: Option<i64> = row.try_get("rows").ok().flatten();
+                out.push_str(&format!(
+                    "{} | {} | {} | {} | {}\n",
+                    text("table"),
+                    text("type"),
+                    text("key"),
+                    rows.map_or("-".to_owned(), |r| r.to_string()),
+                    text("Extra")
+                ));
+            }
+            Ok(out)
+        })
+    }
+
+    fn order<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        body: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            sqlx::query("INSERT INTO scale_orders (scope, body) VALUES (?, ?)")
+                .bind(scope)
+                .bind(body)
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+/// `$1`, `$2`, … as MySQL's `?` (the statements below are written once,
+/// in PostgreSQL's numbering, in the order they bind).
+fn strip_numbers(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '?' {
+            while chars.peek().is_some_and(char::is_ascii_digit) {
+                chars.next();
+            }
+        }
+    }
+    out
+}
+
+impl Scale for Sqlite {
+    fn reset(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<()>> {
+        Box::pin(async move {
+            sqlx::raw_sql(
+                "DROP TABLE IF EXISTS idem_keys; DROP TABLE IF EXISTS idem_steps; \
+                 DROP TABLE IF EXISTS idem_schema_migrations; DROP TABLE IF EXISTS scale_orders; \
+                 CREATE TABLE scale_orders (id INTEGER PRIMARY KEY, scope TEXT NOT NULL, \
+                   body BLOB NOT NULL)",
+            )
+            .execute(pool)
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn fill<'a>(pool: &'a Pool<Self>, fill: &'a Fill) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            // SQLite has no md5(): the fingerprint is the record number in
+            // 64 digits, which takes the same room.
+            let rows = format!(
+                "FROM (WITH RECURSIVE n(g) AS (SELECT $1 UNION ALL SELECT g + 1 FROM n \
+                 WHERE g + 1 < $2) SELECT g, g % 10 = 0 AS p, \
+                 g % 10 = 0 AND (g / 10) % $5 = 0 AS o, $4 + g * {WINDOW_MS} / $3 AS t FROM n) s"
+            );
+            let keys = format!(
+                "INSERT INTO idem_keys ({FILL_COLUMNS}) SELECT {} {rows}",
+                fill_select(
+                    pipes,
+                    "printf('%064d', g)",
+                    "randomblob(512)",
+                    "randomblob(128)"
+                )
+            );
+            let steps = format!(
+                "INSERT INTO idem_steps (scope, idem_key, step, status, derived_key, output, \
+                 updated_at) SELECT {} {rows} CROSS JOIN (SELECT 'submit' AS step UNION ALL \
+                 SELECT 'notify') v WHERE p",
+                steps_select(pipes)
+            );
+            let mut tx = pool.begin().await?;
+            for sql in [keys, steps] {
+                sqlx::query(&sql)
+                    .bind(fill.from)
+                    .bind(fill.to)
+                    .bind(fill.total)
+                    .bind(fill.start_ms)
+                    .bind(fill.open_every)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    fn analyze(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<()>> {
+        Box::pin(async move {
+            sqlx::raw_sql("ANALYZE").execute(pool).await?;
+            Ok(())
+        })
+    }
+
+    fn bytes(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<(i64, i64)>> {
+        Box::pin(async move {
+            // Without the dbstat table: the file's pages, all counted as rows.
+            let (pages, size): (i64, i64) = sqlx::query_as(
+                "SELECT (SELECT page_count FROM pragma_page_count()), \
+                 (SELECT page_size FROM pragma_page_size())",
+            )
+            .fetch_one(pool)
+            .await?;
+            Ok((pages * size, 0))
+        })
+    }
+
+    fn explain<'a>(
+        pool: &'a Pool<Self>,
+        sql: &'a str,
+        binds: &'a [i64],
+    ) -> BoxFuture<'a, anyhow::Result<String>> {
+        Box::pin(async move {
+            let explain = format!("EXPLAIN QUERY PLAN {sql}");
+            let mut query = sqlx::query_as::<_, (i64, i64, i64, String)>(&explain);
+            for b in binds {
+                query = query.bind(b);
+            }
+            let rows = query.fetch_all(pool).await?;
+            Ok(rows
+                .into_iter()
+                .map(|(.., detail)| detail)
+                .collect::<Vec<_>>()
+                .join("\n"))
+        })
+    }
+
+    fn order<'a>(
+        conn: &'a mut Self::Connection,
+        scope: &'a str,
+        body: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            sqlx::query("INSERT INTO scale_orders (scope, body) VALUES ($1, $2)")
+                .bind(scope)
+                .bind(body)
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+async fn order<DB: Scale>(key: IdempotencyKey, mut tx: IdemTx<DB>, body: Bytes) -> Response {
+    match DB::order(&mut tx, &key.scope, &body).await {
+        Ok(()) => (StatusCode::CREATED, "{\"status\":\"accepted\"}").into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// The server, with its records kept for 48 hours: the oldest of the
+/// filled 72 are the reaper's.
+async fn serve<DB: Scale>(store: Store<DB>) -> anyhow::Result<(SocketAddr, Idempotency<DB>)> {
+    let policy = Policy::new()
+        .replay_window(Duration::from_secs(24 * 3600))
+        .reaper_after(Duration::from_secs(48 * 3600));
+    let idem = Idempotency::builder(store)
+        .policy(policy)
+        .scope(HeaderScope::new("x-account-id"))
+        .build()?;
+    let app = Router::new().route(
+        "/orders",
+        post(order::<DB>).route_layer(idem.layer().operation("createOrder")),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            eprintln!("server stopped: {e}");
+        }
+    });
+    Ok((addr, idem))
+}
+
+/// Keyed requests from `concurrency` tasks until `stop` is set: each
+/// request's latency, in the order they finished, and the errors.
+async fn load(
+    addr: SocketAddr,
+    tag: String,
+    concurrency: usize,
+    stop: Arc<AtomicBool>,
+) -> (Vec<Duration>, u64) {
+    let client = reqwest::Client::new();
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..concurrency {
+        let (client, stop, errors) = (client.clone(), Arc::clone(&stop), Arc::clone(&errors));
+        let tag = format!("{tag}-{task}");
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let started = Instant::now();
+                let sent = client
+                    .post(format!("http://{addr}/orders"))
+                    .header("x-account-id", format!("acct_{}", i % 5000))
+                    .header("idempotency-key", format!("{tag}-{i}"))
+                    .header("content-type", "application/json")
+                    .body(r#"{"amount":1999,"currency":"EUR","customer":"cus_42"}"#)
+                    .send()
+                    .await;
+                match sent {
+                    Ok(r) if r.status() == StatusCode::CREATED => {
+                        let _ = r.bytes().await;
+                        latencies.push(started.elapsed());
+                    }
+                    _ => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap_or_default());
+    }
+    (all, errors.load(Ordering::Relaxed))
+}
+
+/// p50 and p99 of `latencies`, in ms.
+fn percentiles(latencies: &mut [Duration]) -> (f64, f64) {
+    latencies.sort_unstable();
+    let at = |p: f64| {
+        let rank = ((latencies.len().saturating_sub(1)) as f64 * p).round() as usize;
+        latencies
+            .get(rank)
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    (at(0.50), at(0.99))
+}
+
+/// The median of 7 timed runs of `run`, in ms.
+async fn median_ms<F, Fut>(mut run: F) -> anyhow::Result<f64>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let mut times = Vec::new();
+    for _ in 0..7 {
+        let started = Instant::now();
+        run().await?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[3])
+}
+
+struct Figures {
+    rows: i64,
+    fill_s: f64,
+    bytes_per_key: (f64, f64),
+    keyed: (f64, f64, f64),
+    statements: Vec<(&'static str, f64)>,
+    reap_pass: Option<ReapPass>,
+}
+
+struct ReapPass {
+    deleted: usize,
+    seconds: f64,
+    p99_before: f64,
+    p99_during: f64,
+}
+
+struct Args {
+    engine: String,
+    url: Option<String>,
+    rows: Vec<i64>,
+    open: f64,
+    concurrency: usize,
+    seconds: f64,
+    explain: bool,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        engine: String::new(),
+        url: None,
+        rows: vec![0, 1_000_000, 10_000_000],
+        open: 0.001,
+        concurrency: 16,
+        seconds: 10.0,
+        explain: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--store" => args.engine = value()?,
+            "--url" => args.url = Some(value()?),
+            "--rows" => {
+                args.rows = value()?
+                    .split(',')
+                    .map(|n| n.trim().replace('_', "").parse())
+                    .collect::<Result<_, _>>()
+                    .context("--rows takes counts separated by commas")?;
+            }
+            "--open" => args.open = value()?.parse().context("--open takes a fraction")?,
+            "--concurrency" => args.concurrency = value()?.parse()?,
+            "--seconds" => args.seconds = value()?.parse()?,
+            "--explain" => args.explain = true,
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    if !(0.0..=0.1).contains(&args.open) {
+        bail!("--open is a fraction of all records, at most 0.1 (the phased share)");
+    }
+    Ok(args)
+}
+
+/// The periodic statements, with the binds `--explain` gives them.
+fn periodic(now: i64) -> Vec<(&'static str, String, Vec<i64>)> {
+    let lock_cutoff = now - 30_000;
+    vec![
+        (
+            "gauge: in flight, exhausted, stale",
+            "SELECT COUNT(*) FROM idem_keys WHERE request_method IS NOT NULL \
+             AND state <> 'complete' AND (locked_at IS NULL OR locked_at < $1)"
+                .to_owned(),
+            vec![lock_cutoff],
+        ),
+        (
+            "completer's due scan",
+            "SELECT scope, idem_key FROM idem_keys WHERE request_method IS NOT NULL \
+             AND state = 'in_flight' AND (locked_at IS NULL OR locked_at < $1) \
+             AND (next_attempt_at IS NULL OR next_attempt_at <= $2) ORDER BY created_at LIMIT $3"
+                .to_owned(),
+            vec![lock_cutoff, now, 100],
+        ),
+        (
+            "reaper batch (oldest 1,000)",
+            "SELECT scope, idem_key FROM idem_keys WHERE created_at < $1 \
+             ORDER BY created_at LIMIT $2"
+                .to_owned(),
+            vec![now - WINDOW_MS + 24 * HOUR_MS, REAP_BATCH],
+        ),
+    ]
+}
+
+async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow::Result<Figures> {
+    let pool = store.pool();
+    DB::reset(pool).await?;
+    store.migrate().await?;
+    let now = now_ms();
+    let start_ms = now - WINDOW_MS;
+    // One phased record in ten; of those, one in `open_every` is open.
+    let open_every = if args.open > 0.0 {
+        ((0.1 / args.open).round() as i64).max(1)
+    } else {
+        i64::MAX
+    };
+    let filling = Instant::now();
+    let mut from = 0;
+    while from < rows {
+        let to = (from + CHUNK).min(rows);
+        DB::fill(
+            pool,
+            &Fill {
+                from,
+                to,
+                total: rows,
+                start_ms,
+                open_every,
+            },
+        )
+        .await
+        .with_context(|| format!("filling records {from}..{to}"))?;
+        from = to;
+        eprint!(
+            "\r  filled {from} of {rows} records ({:.0} s)",
+            filling.elapsed().as_secs_f64()
+        );
+    }
+    DB::analyze(pool).await?;
+    let fill_s = filling.elapsed().as_secs_f64();
+    if rows > 0 {
+        eprintln!();
+    }
+    let (table, index) = DB::bytes(pool).await?;
+    let per = |b: i64| {
+        if rows > 0 {
+            b as f64 / rows as f64
+        } else {
+            0.0
+        }
+    };
+
+    let mut statements = Vec::new();
+    let lock_cutoff = now - 30_000;
+    statements.push((
+        "gauge (count_watched)",
+        median_ms(|| async {
+            let mut conn = pool.acquire().await?;
+            DB::count_watched(&mut conn, lock_cutoff, now_ms()).await?;
+            Ok(())
+        })
+        .await?,
+    ));
+    statements.push((
+        "gauge (count_exhausted)",
+        median_ms(|| async {
+            let mut conn = pool.acquire().await?;
+            DB::count_exhausted(&mut conn).await?;
+            Ok(())
+        })
+        .await?,
+    ));
+    statements.push((
+        "completer's due scan (100)",
+        median_ms(|| async {
+            let mut conn = pool.acquire().await?;
+            DB::abandoned(&mut conn, lock_cutoff, now_ms(), 100).await?;
+            Ok(())
+        })
+        .await?,
+    ));
+    statements.push((
+        "exhausted list (100)",
+        median_ms(|| async {
+            let mut conn = pool.acquire().await?;
+            DB::exhausted(&mut conn, 100).await?;
+            Ok(())
+        })
+        .await?,
+    ));
+    // One batch, rolled back: the table stays as filled for what follows.
+    let day_old = start_ms + 24 * HOUR_MS;
+    statements.push((
+        "reaper batch (1,000)",
+        median_ms(|| async {
+            let mut tx = pool.begin().await?;
+            DB::reap(&mut tx, day_old, REAP_BATCH).await?;
+            tx.rollback().await?;
+            Ok(())
+        })
+        .await?,
+    ));
+    statements.push((
+        "idem keys stats",
+        median_ms(|| async {
+            DB::stats(pool, day_old).await?;
+            Ok(())
+        })
+        .await?,
+    ));
+    let filter = ListFilter {
+        state: None,
+        operation: None,
+        claimed_before: None,
+        limit: 50,
+    };
+    statements.push((
+        "idem keys list",
+        median_ms(|| async {
+            DB::list(pool, &filter).await?;
+            Ok(())
+        })
+        .await?,
+    ));
+    let exhausted = ListFilter {
+        state: Some(idem_runtime::server::KeyState::Exhausted),
+        ..filter.clone()
+    };
+    statements.push((
+        "idem keys list --state exhausted",
+        median_ms(|| async {
+            DB::list(pool, &exhausted).await?;
+            Ok(())
+        })
+        .await?,
+    ));
+    let probe = format!("fill-{}", rows / 2);
+    let scope = format!("acct_{}", (rows / 2) % 5000);
+    statements.push((
+        "idem keys show",
+        median_ms(|| async {
+            DB::inspect(pool, &scope, &probe).await?;
+            Ok(())
+        })
+        .await?,
+    ));
+    if args.explain {
+        for (name, sql, binds) in periodic(now) {
+            println!(
+                "\n-- {name} at {rows} records\n{}",
+                DB::explain(pool, &sql, &binds).await?
+            );
+        }
+    }
+
+    // Keyed requests alone, then beside a reaper pass over the oldest day.
+    let (addr, idem) = serve(store.clone()).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = tokio::spawn(load(
+        addr,
+        format!("k{rows}"),
+        args.concurrency,
+        Arc::clone(&stop),
+    ));
+    tokio::time::sleep(Duration::from_secs_f64(args.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut latencies, errors) = running.await?;
+    if errors > 0 {
+        bail!("{errors} keyed requests failed");
+    }
+    let count = latencies.len();
+    let (p50, p99) = percentiles(&mut latencies);
+    let keyed = (p50, p99, count as f64 / args.seconds);
+
+    let reap_pass = if rows > 0 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let running = tokio::spawn(load(
+            addr,
+            format!("r{rows}"),
+            args.concurrency,
+            Arc::clone(&stop),
+        ));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let started = Instant::now();
+        let deleted = idem.reap().await?.deleted;
+        let seconds = started.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        let (mut during, errors) = running.await?;
+        if errors > 0 {
+            bail!("{errors} keyed requests failed during the reaper pass");
+        }
+        let (_, p99_during) = percentiles(&mut during);
+        Some(ReapPass {
+            deleted,
+            seconds,
+            p99_before: p99,
+            p99_during,
+        })
+    } else {
+        None
+    };
+    Ok(Figures {
+        rows,
+        fill_s,
+        bytes_per_key: (per(table), per(index)),
+        keyed,
+        statements,
+        reap_pass,
+    })
+}
+
+fn print(engine: &str, concurrency: usize, all: &[Figures]) {
+    println!("\n{engine}: keyed requests from {concurrency} tasks; statements in ms (median of 7)");
+    let mut header = format!("{:<34}", "records");
+    for f in all {
+        header.push_str(&format!(" {:>12}", f.rows));
+    }
+    println!("{header}");
+    let row = |name: &str, values: Vec<String>| {
+        let mut line = format!("{name:<34}");
+        for v in values {
+            line.push_str(&format!(" {v:>12}"));
+        }
+        println!("{line}");
+    };
+    row(
+        "fill (s)",
+        all.iter().map(|f| format!("{:.0}", f.fill_s)).collect(),
+    );
+    row(
+        "table bytes / record",
+        all.iter()
+            .map(|f| format!("{:.0}", f.bytes_per_key.0))
+            .collect(),
+    );
+    row(
+        "index bytes / record",
+        all.iter()
+            .map(|f| format!("{:.0}", f.bytes_per_key.1))
+            .collect(),
+    );
+    row(
+        "keyed p50 (ms)",
+        all.iter().map(|f| format!("{:.2}", f.keyed.0)).collect(),
+    );
+    row(
+        "keyed p99 (ms)",
+        all.iter().map(|f| format!("{:.2}", f.keyed.1)).collect(),
+    );
+    row(
+        "keyed requests / s",
+        all.iter().map(|f| format!("{:.0}", f.keyed.2)).collect(),
+    );
+    if let Some(first) = all.first() {
+        for (i, (name, _)) in first.statements.iter().enumerate() {
+            row(
+                name,
+                all.iter()
+                    .map(|f| format!("{:.2}", f.statements.get(i).map_or(0.0, |s| s.1)))
+                    .collect(),
+            );
+        }
+    }
+    let pass = |f: &Figures, get: fn(&ReapPass) -> String| {
+        f.reap_pass.as_ref().map_or("-".to_owned(), get)
+    };
+    row(
+        "reaper pass: records deleted",
+        all.iter()
+            .map(|f| pass(f, |p| p.deleted.to_string()))
+            .collect(),
+    );
+    row(
+        "reaper pass: records / s",
+        all.iter()
+            .map(|f| pass(f, |p| format!("{:.0}", p.deleted as f64 / p.seconds)))
+            .collect(),
+    );
+    row(
+        "reaper pass: keyed p99 before",
+        all.iter()
+            .map(|f| pass(f, |p| format!("{:.2}", p.p99_before)))
+            .collect(),
+    );
+    row(
+        "reaper pass: keyed p99 during",
+        all.iter()
+            .map(|f| pass(f, |p| format!("{:.2}", p.p99_during)))
+            .collect(),
+    );
+}
+
+async fn run<DB: Scale>(store: Store<DB>, args: &Args) -> anyhow::Result<()> {
+    let mut all = Vec::new();
+    for &rows in &args.rows {
+        eprintln!("{}: {rows} records", args.engine);
+        all.push(measure(&store, args, rows).await?);
+    }
+    print(&args.engine, args.concurrency, &all);
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = args()?;
+    let env = |name: &str| std::env::var(name).ok();
+    match args.engine.as_str() {
+        "postgres" => {
+            let url = args
+                .url
+                .clone()
+                .or_else(|| env("IDEM_TEST_DATABASE_URL"))
+                .context("--store postgres needs --url or IDEM_TEST_DATABASE_URL")?;
+            run(Store::connect_postgres(&url, 32).await?, &args).await
+        }
+        "mysql" => {
+            let url = args
+                .url
+                .clone()
+                .or_else(|| env("IDEM_TEST_MYSQL_URL"))
+                .context("--store mysql needs --url or IDEM_TEST_MYSQL_URL")?;
+            run(Store::connect_mysql(&url, 32).await?, &args).await
+        }
+        "sqlite" => {
+            let dir = tempfile::tempdir()?;
+            let url = format!(
+                "sqlite://{}?mode=rwc",
+                dir.path().join("scale.db").display()
+            );
+            run(Store::open_sqlite(&url).await?, &args).await
+        }
+        other => bail!("--store takes sqlite, postgres or mysql, not {other:?}"),
+    }
+}
