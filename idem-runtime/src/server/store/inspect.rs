@@ -108,13 +108,72 @@ const COLUMNS: &str = "scope, idem_key, fingerprint, state, operation, request_m
      resumed_at";
 
 // The list leaves the bodies out: a page of records stays small.
-const LIST: &str = "SELECT scope, idem_key, fingerprint, state, operation, request_method, \
+const LIST_COLUMNS: &str = "scope, idem_key, fingerprint, state, operation, request_method, \
      request_path, NULL AS request_body, recovery_point, lock_generation, locked_at, \
      response_status, NULL AS response_headers, NULL AS response_body, created_at, completed_at, \
-     attempts, next_attempt_at, resumed_at FROM idem_keys \
-     WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR operation = $2) \
-       AND ($3 IS NULL OR created_at < $3) \
-     ORDER BY created_at, scope, idem_key LIMIT $4";
+     attempts, next_attempt_at, resumed_at";
+
+/// The list statement for `filter`, with only the conditions it sets, so
+/// each combination is planned for what it asks: records oldest first
+/// through the claim-time index, and a state other than complete through
+/// the open records' index. `mark(n)` is the engine's `n`th placeholder;
+/// the values bind in the order state, operation, claimed-before, limit,
+/// each only when set ([`bind_list`]).
+pub(super) fn list_statement(
+    columns: &str,
+    filter: &ListFilter,
+    mark: fn(usize) -> String,
+) -> String {
+    let mut conditions = Vec::new();
+    let mut n = 0;
+    let mut next = || {
+        n += 1;
+        mark(n)
+    };
+    if let Some(state) = filter.state {
+        if state != KeyState::Complete {
+            conditions.push("request_method IS NOT NULL".to_owned());
+        }
+        conditions.push(format!("state = {}", next()));
+    }
+    if filter.operation.is_some() {
+        conditions.push(format!("operation = {}", next()));
+    }
+    if filter.claimed_before.is_some() {
+        conditions.push(format!("created_at < {}", next()));
+    }
+    let conditions = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conditions.join(" AND "))
+    };
+    format!(
+        "SELECT {columns} FROM idem_keys{conditions} ORDER BY created_at, scope, idem_key LIMIT {}",
+        next()
+    )
+}
+
+/// Binds `filter`'s values to the statement [`list_statement`] wrote.
+pub(super) fn bind_list<'q, DB>(
+    mut query: sqlx::query::Query<'q, DB, DB::Arguments<'q>>,
+    filter: &'q ListFilter,
+) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
+where
+    DB: sqlx::Database,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    if let Some(state) = filter.state {
+        query = query.bind(state.as_str());
+    }
+    if let Some(operation) = &filter.operation {
+        query = query.bind(operation.as_str());
+    }
+    if let Some(before) = filter.claimed_before {
+        query = query.bind(before);
+    }
+    query.bind(filter.limit)
+}
 
 const STEP_ORDER: &str =
     "SELECT step, updated_at FROM idem_steps WHERE scope = $1 AND idem_key = $2";
@@ -270,12 +329,8 @@ macro_rules! impl_inspect {
                     // One transaction per read: behind a transaction pooler,
                     // an unnamed statement is only safe inside one.
                     let mut tx = pool.begin().await?;
-                    let rows = sqlx::query(LIST)
-                        .persistent($named)
-                        .bind(filter.state.map(KeyState::as_str))
-                        .bind(filter.operation.as_deref())
-                        .bind(filter.claimed_before)
-                        .bind(filter.limit)
+                    let sql = list_statement(LIST_COLUMNS, filter, |n| format!("${n}"));
+                    let rows = bind_list(sqlx::query(&sql).persistent($named), filter)
                         .fetch_all(&mut *tx)
                         .await?;
                     rows.iter().map(record_from_row).collect()

@@ -8,23 +8,19 @@ use crate::server::error::StoreError;
 
 use super::backend::Backend;
 use super::inspect::{
-    BY_STATE, Inspect, Inspected, KeyStats, ListFilter, OLDEST_IN_FLIGHT, Schema, key_stats,
-    order_steps,
+    BY_STATE, Inspect, Inspected, KeyStats, ListFilter, OLDEST_IN_FLIGHT, Schema, bind_list,
+    key_stats, list_statement, order_steps,
 };
 use super::mysql::{COLUMNS, MYSQL_SCHEMA_VERSION};
-use super::records::{BoxFuture, KeyRecord, KeyState};
+use super::records::{BoxFuture, KeyRecord};
 use super::sql::record_from_row;
 
-// The list leaves the bodies out: a page of records stays small. Each
-// filter's value is bound twice (`?` placeholders are positional).
-const LIST: &str = "SELECT CONVERT(scope USING utf8mb4) AS scope, \
+// The list leaves the bodies out: a page of records stays small.
+const LIST_COLUMNS: &str = "CONVERT(scope USING utf8mb4) AS scope, \
      CONVERT(idem_key USING utf8mb4) AS idem_key, fingerprint, state, operation, \
      request_method, request_path, NULL AS request_body, recovery_point, lock_generation, \
      locked_at, response_status, NULL AS response_headers, NULL AS response_body, created_at, \
-     completed_at, attempts, next_attempt_at, resumed_at FROM idem_keys \
-     WHERE (? IS NULL OR state = ?) AND (? IS NULL OR operation = ?) \
-       AND (? IS NULL OR created_at < ?) \
-     ORDER BY created_at, scope, idem_key LIMIT ?";
+     completed_at, attempts, next_attempt_at, resumed_at";
 
 impl Inspect for MySql {
     fn schema(pool: &Pool<Self>) -> BoxFuture<'_, Result<Schema, StoreError>> {
@@ -107,18 +103,8 @@ impl Inspect for MySql {
         filter: &'a ListFilter,
     ) -> BoxFuture<'a, Result<Vec<KeyRecord>, StoreError>> {
         Box::pin(async move {
-            let state = filter.state.map(KeyState::as_str);
-            let operation = filter.operation.as_deref();
-            let rows = sqlx::query(LIST)
-                .bind(state)
-                .bind(state)
-                .bind(operation)
-                .bind(operation)
-                .bind(filter.claimed_before)
-                .bind(filter.claimed_before)
-                .bind(filter.limit)
-                .fetch_all(pool)
-                .await?;
+            let sql = list_statement(LIST_COLUMNS, filter, |_| "?".to_owned());
+            let rows = bind_list(sqlx::query(&sql), filter).fetch_all(pool).await?;
             rows.iter().map(record_from_row).collect()
         })
     }
