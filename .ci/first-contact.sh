@@ -55,9 +55,14 @@ cd "$ws"
 "$idem" suggest openapi.yaml --out idempotency.overlay.yaml
 grep -q '^overlay: 1.0.0$' idempotency.overlay.yaml
 "$idem" audit openapi.yaml --overlay idempotency.overlay.yaml
-"$idem" workflow --spec openapi.yaml --out .github/workflows/idem.yml
+"$idem" workflow --spec openapi.yaml --overlay idempotency.overlay.yaml \
+    --out .github/workflows/idem.yml
 grep -q '^  IDEM_SPEC: openapi.yaml$' .github/workflows/idem.yml
-"$idem" generate openapi.yaml --overlay idempotency.overlay.yaml --out crates/api
+grep -q '^  IDEM_OVERLAY: idempotency.overlay.yaml$' .github/workflows/idem.yml
+"$idem" generate openapi.yaml --overlay idempotency.overlay.yaml --out crates/api 2> "$work/generated"
+cat "$work/generated"
+# The origin is a path on this machine: generate says teammates cannot fetch it.
+grep -q 'note: idem-runtime comes from file://' "$work/generated"
 # Installed from a clone: the crate depends on the runtime at the clone's
 # commit, in its origin, which any clone of the user's repository can fetch.
 rev=$(git -C "$work/idem" rev-parse HEAD)

@@ -179,7 +179,7 @@ const tail = (s, n = 12) => {
 
 const ran = new Set();
 let scenarioNo = 0;
-function runJob(jobId, { spec, specText, vars = {}, secrets = {}, eventName = 'push', event = {} }) {
+function runJob(jobId, { spec, specText, overlay, vars = {}, secrets = {}, eventName = 'push', event = {} }) {
   const job = wf.jobs[jobId];
   const dir = path.join(work, `${++scenarioNo}-${jobId}`);
   const home = path.join(dir, 'home');
@@ -190,6 +190,8 @@ function runJob(jobId, { spec, specText, vars = {}, secrets = {}, eventName = 'p
   const env = {};
   const ctx = { status: 'success', contexts: { vars, secrets, env, steps, runner: { os: 'Linux' }, github: { workspace: ws, event_name: eventName, event } } };
   for (const [k, v] of Object.entries(wf.env || {})) env[k] = interpolate(v, ctx);
+  // The overlay, where a scenario has one, as `idem workflow --overlay` writes it.
+  if (overlay) env.IDEM_OVERLAY = 'idempotency.overlay.yaml';
   if (job.if !== undefined && !condition(job.if, ctx)) return { result: 'skipped', steps };
   for (const [k, v] of Object.entries(job.env || {})) env[k] = interpolate(v, ctx);
   const result = { steps, outcomes: {}, uploads: {} };
@@ -236,6 +238,7 @@ function runJob(jobId, { spec, specText, vars = {}, secrets = {}, eventName = 'p
       const dest = path.join(ws, env.IDEM_SPEC);
       fs.mkdirSync(path.dirname(dest), { recursive: true });
       if (spec) fs.copyFileSync(spec, dest); else fs.writeFileSync(dest, specText);
+      if (overlay) fs.copyFileSync(overlay, path.join(ws, env.IDEM_OVERLAY));
       record('success');
     } else if (action === 'actions/cache' || action === 'actions/cache/restore') {
       // A hit that restores the idem under test where `cargo install` puts it.
@@ -330,6 +333,7 @@ function runJob(jobId, { spec, specText, vars = {}, secrets = {}, eventName = 'p
   };
   const SARIF = 'github/codeql-action/upload-sarif@v3';
 
+  let r0;
   let built0 = runJob('idem', { spec: 'fixtures/payments.yaml' });
   expectRun('idem, its build in the cache: nothing is compiled', built0, 'success', { 'idem-cache': 'success', install: 'skipped' });
 
@@ -347,6 +351,12 @@ function runJob(jobId, { spec, specText, vars = {}, secrets = {}, eventName = 'p
     const results = r.uploads[SARIF] ? r.uploads[SARIF].results : -1;
     check(code === 0 ? results === 0 : results > 0, `the uploaded audit report has ${code === 0 ? 'no' : 'the'} findings`, `${results} result(s)`);
   }
+
+  // The spec with errors, and the overlay that describes them: the gate passes.
+  r0 = runJob('audit', { spec: 'fixtures/cratebase.yaml', overlay: 'fixtures/overlays/cratebase.yaml' });
+  expectRun('audit, fixtures/cratebase.yaml with IDEM_OVERLAY set to its overlay: the job passes', r0, 'success', { audit: 'success', [SARIF]: 'success' });
+  r0 = runJob('docs', { spec: 'fixtures/cratebase.yaml', overlay: 'fixtures/overlays/cratebase.yaml' });
+  expectRun('docs, fixtures/cratebase.yaml with its overlay: the page is written', r0, 'success', { docs: 'success', 'actions/upload-artifact@v4': 'success' });
 
   const fork = { pull_request: { head: { repo: { fork: true } } } };
   let r = runJob('audit', { spec: 'fixtures/cratebase.yaml', eventName: 'pull_request', event: fork });

@@ -102,7 +102,8 @@ fn run_suggest(
         Ok(_) => {
             writeln!(
                 stderr,
-                "wrote {}: {} action(s){}; review it, then `idem audit {} --overlay {}`",
+                "wrote {}: {} action(s){}; review it, then `idem audit {} --overlay {}` \
+                 (and `idem workflow --overlay` for CI)",
                 out.display(),
                 suggestion.actions,
                 if suggestion.unreachable.is_empty() {
@@ -130,6 +131,10 @@ pub struct WorkflowArgs {
     /// The spec's path from the repository's root, as the workflow reads it.
     #[arg(long, value_name = "PATH", default_value = "openapi.yaml")]
     pub spec: String,
+    /// The overlay every job applies to the spec (`idem suggest`'s), by its
+    /// path from the repository's root.
+    #[arg(long, value_name = "PATH")]
+    pub overlay: Option<String>,
     /// Write the workflow to FILE (creating its directory) instead of
     /// printing it.
     #[arg(long, value_name = "FILE")]
@@ -142,25 +147,36 @@ pub struct WorkflowArgs {
 /// The example workflow, as `docs/ci.md` describes it and CI checks it.
 pub const WORKFLOW: &str = include_str!("../ci/idem.yml");
 
-/// [`WORKFLOW`] reading the spec at `spec`, and installing the commit this
-/// `idem` was built from when it knows it.
-pub fn workflow(spec: &str) -> String {
-    let plain = !spec.is_empty()
-        && spec
+/// A path as a YAML scalar: plain where it can be, else double-quoted.
+fn yaml_scalar(path: &str) -> String {
+    let plain = !path.is_empty()
+        && path
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "._/-".contains(c))
-        && !spec.starts_with(['-', '.']);
-    let value = if plain {
-        spec.to_owned()
+        && !path.starts_with(['-', '.']);
+    if plain {
+        path.to_owned()
     } else {
         // A YAML double-quoted scalar reads JSON's escapes.
-        serde_json::Value::String(spec.to_owned()).to_string()
-    };
-    let text = WORKFLOW.replacen(
+        serde_json::Value::String(path.to_owned()).to_string()
+    }
+}
+
+/// [`WORKFLOW`] reading the spec at `spec` with the overlay at `overlay`,
+/// and installing the commit this `idem` was built from when it knows it.
+pub fn workflow(spec: &str, overlay: Option<&str>) -> String {
+    let mut text = WORKFLOW.replacen(
         "  IDEM_SPEC: openapi.yaml\n",
-        &format!("  IDEM_SPEC: {value}\n"),
+        &format!("  IDEM_SPEC: {}\n", yaml_scalar(spec)),
         1,
     );
+    if let Some(overlay) = overlay {
+        text = text.replacen(
+            "  IDEM_OVERLAY: \"\"\n",
+            &format!("  IDEM_OVERLAY: {}\n", yaml_scalar(overlay)),
+            1,
+        );
+    }
     match BUILD_COMMIT {
         "" => text,
         commit => text.replacen(
@@ -190,7 +206,15 @@ fn run_workflow(
             args.spec
         )?;
     }
-    let text = workflow(&args.spec);
+    if let Some(overlay) = &args.overlay
+        && !std::path::Path::new(overlay).exists()
+    {
+        writeln!(
+            stderr,
+            "note: there is no {overlay} here; the workflow reads IDEM_OVERLAY from the repository's root"
+        )?;
+    }
+    let text = workflow(&args.spec, args.overlay.as_deref());
     let Some(out) = &args.out else {
         return write_out(stdout, &text);
     };
@@ -631,7 +655,20 @@ fn run_generate(
             crate::write::Runtime::Path(crate::write::runtime_path(path, &args.out))
         }
         (None, false) => match (crate::write::runtime_git(), crate::write::runtime_beside()) {
-            (Some(git), _) => git,
+            (Some(git), _) => {
+                if let crate::write::Runtime::Git { url, .. } = &git
+                    && url.starts_with("file://")
+                {
+                    writeln!(
+                        stderr,
+                        "note: idem-runtime comes from {url}, a path on this machine (the origin of the \
+                         clone idem was installed from): teammates and CI cannot fetch it; put the URL \
+                         your team reaches idem at in {}'s idem-runtime line, keeping its rev",
+                        args.out.join("Cargo.toml").display()
+                    )?;
+                }
+                git
+            }
             (None, Some(path)) => crate::write::Runtime::Path(path),
             (None, None) => crate::write::Runtime::Registry,
         },

@@ -432,7 +432,16 @@ fn conflicts(
     }
     let root = model.document.root();
     let description = match existing.and_then(|r| r.description.as_deref()) {
-        Some(own) => format!("{} {CODES}", own.trim_end()),
+        // Its own words end as a sentence before the codes begin.
+        Some(own) => {
+            let own = own.trim_end();
+            let stop = if own.ends_with(['.', '!', '?', ':']) {
+                ""
+            } else {
+                "."
+            };
+            format!("{own}{stop} {CODES}")
+        }
         None => format!("Idempotency-key conflict. {CODES}"),
     };
     let update = if swagger || existing.is_some() {

@@ -942,6 +942,23 @@ fn idem_workflow_prints_and_writes_the_example_workflow() {
         named.stderr
     );
     assert_eq!(named.stdout.lines().count(), file.lines().count());
+    // The overlay `idem suggest` wrote: every job applies it.
+    let overlaid = idem(&[
+        "workflow",
+        "--spec",
+        "api/openapi.yaml",
+        "--overlay",
+        "api/idempotency.overlay.yaml",
+    ]);
+    assert!(
+        overlaid
+            .stdout
+            .contains("\n  IDEM_OVERLAY: api/idempotency.overlay.yaml\n"),
+        "{}",
+        overlaid.stdout
+    );
+    assert!(printed.stdout.contains("\n  IDEM_OVERLAY: \"\"\n"));
+    assert_eq!(overlaid.stdout.lines().count(), file.lines().count());
     let odd = idem(&["workflow", "--spec", "specs/my api: v2.yaml"]);
     assert!(
         odd.stdout

@@ -124,6 +124,25 @@ fn described_keys_are_declared() {
 }
 
 #[test]
+fn an_existing_conflict_keeps_its_words_as_a_sentence() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("loans.yaml");
+    std::fs::write(
+        &spec,
+        "openapi: 3.0.3\ninfo: { title: Loans, version: '1' }\npaths:\n  /loans:\n    post:\n      \
+         operationId: createLoan\n      parameters:\n        - { name: Idempotency-Key, in: header, \
+         schema: { type: string, maxLength: 64 } }\n      responses:\n        '201': { description: \
+         Created }\n        '409': { description: Copy is not available }\n",
+    )
+    .unwrap();
+    let text = suggest(&load(&spec, &[])).text;
+    assert!(
+        text.contains("Copy is not available. `idempotency_key_in_use`"),
+        "{text}"
+    );
+}
+
+#[test]
 fn every_corpus_document_is_clean_after_its_suggestion() {
     let Some(specs) = corpus() else { return };
     let manifest = std::fs::read_to_string(specs.join("MANIFEST.tsv")).unwrap();

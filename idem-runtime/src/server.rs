@@ -66,7 +66,7 @@ pub use config::{
 };
 pub use engine::{Idempotency, IdempotencyBuilder};
 pub use error::{ConfigError, IdempotencyError, KeyProblem, StoreError};
-pub use jobs::{CompleterReport, REAP_BATCH, RECORDS_EVERY, ReaperReport};
+pub use jobs::{CompleterReport, RECORDS_EVERY, ReaperReport};
 pub use key::IdempotencyKey;
 pub use layer::{Claimed, IdemTx, IdempotencyLayer, IdempotencyService, KeyedRequest, Validator};
 pub use outcome::{Outcome, observed, scope_digest};

@@ -39,9 +39,6 @@ pub struct ReaperReport {
     pub unfinished: Vec<ReapedRecord>,
 }
 
-/// How many records one reaper batch deletes, in one transaction.
-pub const REAP_BATCH: i64 = 1_000;
-
 /// How many times a batch's own duration the reaper rests after it.
 const REAPER_REST: u32 = 3;
 
@@ -114,7 +111,7 @@ impl<DB: Backend> Idempotency<DB> {
     /// ago, and logs at `error` each one that never completed, for a human
     /// to follow up.
     ///
-    /// It deletes in batches of [`REAP_BATCH`] records, the oldest first,
+    /// It deletes in batches of [`Backend::REAP_BATCH`] records, the oldest first,
     /// each in a transaction of its own: no batch holds its locks for longer
     /// than it takes to delete that many rows, and no more than a batch is
     /// read into the process at once. Between batches it rests three times
@@ -129,9 +126,9 @@ impl<DB: Backend> Idempotency<DB> {
         loop {
             let batch_started = std::time::Instant::now();
             let mut tx = self.store().pool().begin().await?;
-            let deleted = DB::reap(&mut tx, cutoff, REAP_BATCH).await?;
+            let deleted = DB::reap(&mut tx, cutoff, DB::REAP_BATCH).await?;
             tx.commit().await?;
-            let full = deleted.len() >= usize::try_from(REAP_BATCH).unwrap_or(usize::MAX);
+            let full = deleted.len() >= usize::try_from(DB::REAP_BATCH).unwrap_or(usize::MAX);
             report.deleted += deleted.len();
             count_reaped(&deleted);
             for record in deleted {

@@ -22,6 +22,12 @@ pub trait Backend: sqlx::Database + Sized {
     /// built ([`ConfigError::KeyColumnsTooNarrow`](crate::server::ConfigError::KeyColumnsTooNarrow)).
     const KEY_COLUMNS: Option<(usize, usize)> = None;
 
+    /// How many records one reaper batch deletes, in one transaction: what
+    /// a batch holds up is the rows it deletes, except on SQLite, whose one
+    /// writer makes every claim wait for the batch, so its batches are
+    /// smaller.
+    const REAP_BATCH: i64 = 1_000;
+
     /// Creates or upgrades the schema; safe to call from several processes at once.
     fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>>;
 

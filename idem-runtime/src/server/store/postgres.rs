@@ -110,5 +110,6 @@ impl_backend!(
     Some(LIFT_BOUND_POSTGRES),
     super::named_statements(),
     Some(super::replication::POSTGRES_REPLICATION),
-    (None, REAP_POSTGRES)
+    (None, REAP_POSTGRES),
+    1_000
 );

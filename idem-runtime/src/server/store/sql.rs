@@ -361,8 +361,10 @@ pub(super) fn now_for_migrations() -> i64 {
 
 /// The `Backend` implementation of an engine of the shared dialect.
 macro_rules! impl_backend {
-    ($db:ty, $migrations:expr, $lock:expr, $claims:expr, $complete:expr, $lift:expr, $named:expr, $replication:expr, $reap:expr) => {
+    ($db:ty, $migrations:expr, $lock:expr, $claims:expr, $complete:expr, $lift:expr, $named:expr, $replication:expr, $reap:expr, $reap_batch:expr) => {
         impl Backend for $db {
+            const REAP_BATCH: i64 = $reap_batch;
+
             fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>> {
                 Box::pin(async move {
                     let mut tx = pool.begin().await?;

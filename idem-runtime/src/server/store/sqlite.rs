@@ -51,5 +51,7 @@ impl_backend!(
     None::<&'static str>,
     true,
     None::<&'static str>,
-    (Some(REAP_STEPS_SQLITE), REAP_SQLITE)
+    (Some(REAP_STEPS_SQLITE), REAP_SQLITE),
+    // A batch holds SQLite's one writer: small ones keep claims' waits short.
+    200
 );
