@@ -335,11 +335,11 @@ fn described_keys_are_named_where_they_travel() {
     let md = pages("described-keys.yaml").markdown;
     has(
         &md,
-        "| POST | `/flows` | `createFlow`: Create a flow | optional | body field `ClientToken` | none |",
+        "| POST | `/flows` | `createFlow`: Create a flow | optional | body field `ClientToken` | `key-max-length`: 64 |",
     );
     has(
         &md,
-        "| POST | `/instances` | `insertInstance`: Insert an instance | optional | query parameter `requestId` | none |",
+        "| POST | `/instances` | `insertInstance`: Insert an instance | optional | query parameter `requestId` | `key-max-length`: 64 |",
     );
     assert!(
         !md.contains("x-ms-client-request-id` | none"),

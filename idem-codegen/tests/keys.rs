@@ -287,3 +287,33 @@ fn an_operation_taking_its_extension_from_a_merged_anchor_is_keyed() {
         .unwrap();
     assert_eq!(patch.class, RetryClass::UnsafeDocumented);
 }
+
+#[test]
+fn a_key_documented_shorter_than_the_limit_is_held_to_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = write(
+        dir.path(),
+        "loans.yaml",
+        "openapi: 3.0.3\ninfo: { title: Loans, version: '1' }\npaths:\n  /loans:\n    post:\n      \
+         operationId: createLoan\n      parameters:\n        - { name: Idempotency-Key, in: header, \
+         schema: { type: string, maxLength: 64 } }\n      responses: { '201': { description: ok } }\n  \
+         /holds:\n    post:\n      operationId: createHold\n      parameters:\n        - { name: \
+         Idempotency-Key, in: header, schema: { type: string, maxLength: 1000 } }\n      \
+         responses: { '201': { description: ok } }\n",
+    );
+    let model = model_of(&spec);
+    let limit = |name: &str| {
+        model
+            .operations
+            .iter()
+            .find(|o| o.name == name)
+            .unwrap()
+            .settings
+            .key_max_length
+    };
+    // The spec's 64 is what the server, client and docs page hold to; a
+    // longer one than the server accepts stays the server's 255 (and the
+    // audit says so).
+    assert_eq!(limit("createLoan"), 64);
+    assert_eq!(limit("createHold"), 255);
+}

@@ -294,7 +294,7 @@ impl<'d> Builder<'d, '_> {
                 pos: op.get("x-fern-idempotent").map_or(pos, |n| n.pos),
             });
         }
-        let settings = key_settings(&ext);
+        let mut settings = key_settings(&ext);
         let parameters = self.parameters(op, Some(shared))?;
         let request_body = match op.get("requestBody") {
             Some(body) => Some(self.request_body(body)?),
@@ -335,6 +335,26 @@ impl<'d> Builder<'d, '_> {
             request_body.as_ref(),
             &key_headers,
         );
+        // A key parameter or field that documents a shorter `maxLength`
+        // than the server's limit is the limit integrators read: the
+        // server, the client and the docs page hold to it.
+        let shown_max = match &key.source {
+            Some(KeySource::Body { field }) => request_body
+                .as_ref()
+                .and_then(|b| b.key_field(field))
+                .and_then(|f| f.max_length),
+            Some(source) => source
+                .parameter()
+                .and_then(|i| parameters.get(i))
+                .and_then(|p| p.max_length),
+            None => None,
+        };
+        if let Some(shown) = shown_max
+            .and_then(|m| u32::try_from(m).ok())
+            .filter(|&m| m >= 1)
+        {
+            settings.key_max_length = settings.key_max_length.min(shown);
+        }
 
         let name = operation_id
             .clone()

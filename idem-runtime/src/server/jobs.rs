@@ -15,7 +15,8 @@ use super::store::{Backend, ExhaustedRecord, KeyState, ReapedRecord, Replication
 use crate::metric;
 
 /// How often the background jobs count the records in flight and
-/// exhausted (`idem_records`): a scan of the key table, so not every pass.
+/// exhausted (`idem_records`): a read of every open record (phased, not yet
+/// complete) through their index, so not every pass.
 pub const RECORDS_EVERY: Duration = Duration::from_secs(30);
 
 /// What one completer pass did.
@@ -153,7 +154,8 @@ impl<DB: Backend> Idempotency<DB> {
     /// How many records are in the terminal state `exhausted`: requests whose
     /// foreign calls kept failing until their resume schedule ran out. Each
     /// was logged at `error` when it got there; alert on a count above zero.
-    /// (A scan of the key table: poll it every minute or so, not per request.)
+    /// (A read of every open record through their index: poll it every
+    /// minute or so, not per request.)
     pub async fn count_exhausted(&self) -> Result<u64, StoreError> {
         let mut conn = self.store().pool().begin().await?;
         let count = DB::count_exhausted(&mut conn).await?;
