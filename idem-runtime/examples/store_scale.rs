@@ -810,7 +810,7 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
         "reaper batch (1,000; SQLite 200)",
         median_ms(|| async {
             let mut tx = pool.begin().await?;
-            DB::reap(&mut tx, day_old, DB::REAP_BATCH).await?;
+            DB::reap(&mut tx, 0, day_old, DB::REAP_BATCH).await?;
             tx.rollback().await?;
             Ok(())
         })

@@ -483,10 +483,14 @@ async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
         .unwrap();
     // Reap everything claimed before 1500, in batches of two: three
     // records, two never finished.
-    let mut reaped = DB::reap(&mut tx, 1_500, 2).await.unwrap();
+    // Each batch starts where the last one ended.
+    let mut reaped = DB::reap(&mut tx, 0, 1_500, 2).await.unwrap();
     assert_eq!(reaped.len(), 2);
-    reaped.extend(DB::reap(&mut tx, 1_500, 2).await.unwrap());
-    assert!(DB::reap(&mut tx, 1_500, 2).await.unwrap().is_empty());
+    let from = reaped.iter().map(|r| r.created_at).max().unwrap();
+    assert_eq!(from, 1_000);
+    assert!(DB::reap(&mut tx, 1_001, 1_500, 2).await.unwrap().is_empty());
+    reaped.extend(DB::reap(&mut tx, from, 1_500, 2).await.unwrap());
+    assert!(DB::reap(&mut tx, from, 1_500, 2).await.unwrap().is_empty());
     assert_eq!(
         DB::load_steps(&mut tx, "a", "young").await.unwrap().len(),
         1

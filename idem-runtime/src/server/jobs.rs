@@ -124,11 +124,13 @@ impl<DB: Backend> Idempotency<DB> {
         // record goes before its own operation's `reaper-after`.
         let cutoff = now_ms().saturating_sub(ms(self.horizons().1));
         let mut report = ReaperReport::default();
+        let mut from = 0;
         loop {
             let batch_started = std::time::Instant::now();
             let mut tx = self.store().pool().begin().await?;
-            let deleted = DB::reap(&mut tx, cutoff, DB::REAP_BATCH).await?;
+            let deleted = DB::reap(&mut tx, from, cutoff, DB::REAP_BATCH).await?;
             tx.commit().await?;
+            from = deleted.iter().map(|r| r.created_at).max().unwrap_or(from);
             let full = deleted.len() >= usize::try_from(DB::REAP_BATCH).unwrap_or(usize::MAX);
             report.deleted += deleted.len();
             count_reaped(&deleted);

@@ -229,13 +229,15 @@ pub trait Backend: sqlx::Database + Sized {
         limit: i64,
     ) -> BoxFuture<'a, Result<Vec<(String, String)>, StoreError>>;
 
-    /// One reaper batch: deletes at most `limit` records claimed before
-    /// `created_before`, the oldest first, and their steps, and returns
-    /// what was deleted. A record another transaction holds is left for a
+    /// One reaper batch: deletes at most `limit` records claimed at or
+    /// after `from` and before `created_before`, the oldest first, and
+    /// their steps, and returns what was deleted. A pass starts `from` 0
+    /// and each next batch from the last one's newest `created_at`. A record another transaction holds is left for a
     /// later batch where the engine can skip it (PostgreSQL, MySQL), so
     /// the reaper never waits on a claim.
     fn reap<'a>(
         conn: &'a mut Self::Connection,
+        from: i64,
         created_before: i64,
         limit: i64,
     ) -> BoxFuture<'a, Result<Vec<ReapedRecord>, StoreError>>;

@@ -117,8 +117,8 @@ const LIST_COLUMNS: &str = "scope, idem_key, fingerprint, state, operation, requ
 /// each combination is planned for what it asks: records oldest first
 /// through the claim-time index, and a state other than complete through
 /// the open records' index. `mark(n)` is the engine's `n`th placeholder;
-/// the values bind in the order state, operation, claimed-before, limit,
-/// each only when set ([`bind_list`]).
+/// the values bind in the order state, operation, claimed-before, each
+/// only when set ([`bind_list`]).
 pub(super) fn list_statement(
     columns: &str,
     filter: &ListFilter,
@@ -147,9 +147,14 @@ pub(super) fn list_statement(
     } else {
         format!(" WHERE {}", conditions.join(" AND "))
     };
+    // The order names the table's columns, not the select list's (MySQL's
+    // converts the key columns, and would sort by the conversion), so the
+    // claim-time index serves it; the limit is written in, not bound, for
+    // the same plan on MariaDB.
     format!(
-        "SELECT {columns} FROM idem_keys{conditions} ORDER BY created_at, scope, idem_key LIMIT {}",
-        next()
+        "SELECT {columns} FROM idem_keys{conditions} \
+         ORDER BY idem_keys.created_at, idem_keys.scope, idem_keys.idem_key LIMIT {}",
+        filter.limit.max(0)
     )
 }
 
@@ -172,7 +177,7 @@ where
     if let Some(before) = filter.claimed_before {
         query = query.bind(before);
     }
-    query.bind(filter.limit)
+    query
 }
 
 const STEP_ORDER: &str =

@@ -670,6 +670,7 @@ impl Backend for MySql {
 
     fn reap<'a>(
         conn: &'a mut Self::Connection,
+        from: i64,
         created_before: i64,
         limit: i64,
     ) -> BoxFuture<'a, Result<Vec<ReapedRecord>, StoreError>> {
@@ -679,10 +680,11 @@ impl Backend for MySql {
             // deleted by key with its steps, in the same transaction.
             let rows = sqlx::query(
                 "SELECT CONVERT(scope USING utf8mb4) AS scope, \
-                 CONVERT(idem_key USING utf8mb4) AS idem_key, state, operation, recovery_point \
-                 FROM idem_keys WHERE created_at < ? ORDER BY created_at LIMIT ? \
-                 FOR UPDATE SKIP LOCKED",
+                 CONVERT(idem_key USING utf8mb4) AS idem_key, state, operation, recovery_point, \
+                 created_at FROM idem_keys WHERE created_at >= ? AND created_at < ? \
+                 ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED",
             )
+            .bind(from)
             .bind(created_before)
             .bind(limit)
             .fetch_all(&mut *conn)

@@ -154,10 +154,13 @@ pub struct ReapedRecord {
     pub key: String,
     /// State it was in when deleted; `InFlight` means it never finished.
     pub state: KeyState,
-    /// Operation name, if phased.
+    /// The operation's name (`None` on records written before names were
+    /// stored on every record).
     pub operation: Option<String>,
     /// Last recovery point reached.
     pub recovery_point: String,
+    /// When it was claimed (ms since epoch): where the next batch starts.
+    pub created_at: i64,
 }
 
 /// A phased request in the terminal state [`KeyState::Exhausted`].

@@ -205,18 +205,21 @@ pub(super) const ABANDONED: &str = "SELECT scope, idem_key FROM idem_keys \
        AND (next_attempt_at IS NULL OR next_attempt_at <= $2) \
      ORDER BY created_at LIMIT $3";
 
-// One reaper batch: the `$2` oldest records claimed before `$1`, found
-// through the `created_at` index from its oldest end, so a batch reads what
-// it deletes and not the rows earlier batches left dead. Their steps go in
-// the same transaction, found by key.
+// One reaper batch: the `$3` oldest records claimed at or after `$1` and
+// before `$2`, found through the `created_at` index from where the last
+// batch ended (`$1`), so a batch reads what it deletes and never the index
+// entries earlier batches left dead. Their steps go in the same
+// transaction, found by key.
 //
 // SQLite (one writer: the two statements see the same rows) deletes the
 // steps first, then the records.
 pub(super) const REAP_STEPS_SQLITE: &str = "DELETE FROM idem_steps WHERE (scope, idem_key) IN \
-     (SELECT scope, idem_key FROM idem_keys WHERE created_at < $1 ORDER BY created_at LIMIT $2)";
+     (SELECT scope, idem_key FROM idem_keys WHERE created_at >= $1 AND created_at < $2 \
+      ORDER BY created_at LIMIT $3)";
 pub(super) const REAP_SQLITE: &str = "DELETE FROM idem_keys WHERE (scope, idem_key) IN \
-     (SELECT scope, idem_key FROM idem_keys WHERE created_at < $1 ORDER BY created_at LIMIT $2) \
-     RETURNING scope, idem_key, state, operation, recovery_point";
+     (SELECT scope, idem_key FROM idem_keys WHERE created_at >= $1 AND created_at < $2 \
+      ORDER BY created_at LIMIT $3) \
+     RETURNING scope, idem_key, state, operation, recovery_point, created_at";
 // PostgreSQL skips a record another transaction holds (a claim re-taking an
 // expired key, another process's reaper), so the reaper never waits on a
 // claim, and deletes the steps of what it deleted in the same statement.
@@ -224,13 +227,13 @@ pub(super) const REAP_SQLITE: &str = "DELETE FROM idem_keys WHERE (scope, idem_k
 // the join compares in the steps' own, so it looks them up by their index.
 pub(super) const REAP_POSTGRES: &str = "WITH gone AS (\
      DELETE FROM idem_keys WHERE (scope, idem_key) IN \
-       (SELECT scope, idem_key FROM idem_keys WHERE created_at < $1 \
-        ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-     RETURNING scope, idem_key, state, operation, recovery_point), \
+       (SELECT scope, idem_key FROM idem_keys WHERE created_at >= $1 AND created_at < $2 \
+        ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
+     RETURNING scope, idem_key, state, operation, recovery_point, created_at), \
    steps AS (DELETE FROM idem_steps s USING gone \
      WHERE s.scope = gone.scope COLLATE \"default\" \
        AND s.idem_key = gone.idem_key COLLATE \"default\") \
-   SELECT scope, idem_key, state, operation, recovery_point FROM gone";
+   SELECT scope, idem_key, state, operation, recovery_point, created_at FROM gone";
 
 pub(super) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
      version BIGINT PRIMARY KEY, description TEXT NOT NULL, applied_at BIGINT NOT NULL)";
@@ -343,6 +346,7 @@ where
     R: Row,
     for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> &'r str: sqlx::ColumnIndex<R>,
 {
     let state: String = row.try_get("state")?;
@@ -352,6 +356,7 @@ where
         state: KeyState::parse(&state)?,
         operation: row.try_get("operation")?,
         recovery_point: row.try_get("recovery_point")?,
+        created_at: row.try_get("created_at")?,
     })
 }
 
@@ -858,6 +863,7 @@ macro_rules! impl_backend {
 
             fn reap<'a>(
                 conn: &'a mut Self::Connection,
+                from: i64,
                 created_before: i64,
                 limit: i64,
             ) -> BoxFuture<'a, Result<Vec<ReapedRecord>, StoreError>> {
@@ -866,6 +872,7 @@ macro_rules! impl_backend {
                     if let Some(steps) = steps_first {
                         sqlx::query(steps)
                             .persistent($named)
+                            .bind(from)
                             .bind(created_before)
                             .bind(limit)
                             .execute(&mut *conn)
@@ -873,6 +880,7 @@ macro_rules! impl_backend {
                     }
                     let rows = sqlx::query(records)
                         .persistent($named)
+                        .bind(from)
                         .bind(created_before)
                         .bind(limit)
                         .fetch_all(&mut *conn)
