@@ -232,9 +232,10 @@ pub trait Backend: sqlx::Database + Sized {
     /// One reaper batch: deletes at most `limit` records claimed at or
     /// after `from` and before `created_before`, the oldest first, and
     /// their steps, and returns what was deleted. A pass starts `from` 0
-    /// and each next batch from the last one's newest `created_at`. A record another transaction holds is left for a
-    /// later batch where the engine can skip it (PostgreSQL, MySQL), so
-    /// the reaper never waits on a claim.
+    /// and each next batch from the last one's newest `created_at`. Where
+    /// the engine can skip a record another transaction holds (PostgreSQL,
+    /// MySQL), it is left for the next pass, so the reaper never waits on
+    /// a claim.
     fn reap<'a>(
         conn: &'a mut Self::Connection,
         from: i64,
