@@ -772,7 +772,7 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
         "gauge (count_watched)",
         median_ms(|| async {
             let mut conn = pool.acquire().await?;
-            DB::count_watched(&mut conn, lock_cutoff, now_ms()).await?;
+            DB::count_watched(&mut conn, store.settings(), lock_cutoff, now_ms()).await?;
             Ok(())
         })
         .await?,
@@ -781,7 +781,7 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
         "gauge (count_exhausted)",
         median_ms(|| async {
             let mut conn = pool.acquire().await?;
-            DB::count_exhausted(&mut conn).await?;
+            DB::count_exhausted(&mut conn, store.settings()).await?;
             Ok(())
         })
         .await?,
@@ -790,7 +790,7 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
         "completer's due scan (100)",
         median_ms(|| async {
             let mut conn = pool.acquire().await?;
-            DB::abandoned(&mut conn, lock_cutoff, now_ms(), 100).await?;
+            DB::abandoned(&mut conn, store.settings(), lock_cutoff, now_ms(), 100).await?;
             Ok(())
         })
         .await?,
@@ -799,7 +799,7 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
         "exhausted list (100)",
         median_ms(|| async {
             let mut conn = pool.acquire().await?;
-            DB::exhausted(&mut conn, 100).await?;
+            DB::exhausted(&mut conn, store.settings(), 100).await?;
             Ok(())
         })
         .await?,
@@ -810,7 +810,7 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
         "reaper batch (1,000; SQLite 200)",
         median_ms(|| async {
             let mut tx = pool.begin().await?;
-            DB::reap(&mut tx, 0, day_old, DB::REAP_BATCH).await?;
+            DB::reap(&mut tx, store.settings(), 0, day_old, DB::REAP_BATCH).await?;
             tx.rollback().await?;
             Ok(())
         })
@@ -819,7 +819,7 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
     statements.push((
         "idem keys stats",
         median_ms(|| async {
-            DB::stats(pool, day_old).await?;
+            DB::stats(store, day_old).await?;
             Ok(())
         })
         .await?,
@@ -833,7 +833,7 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
     statements.push((
         "idem keys list",
         median_ms(|| async {
-            DB::list(pool, &filter).await?;
+            DB::list(store, &filter).await?;
             Ok(())
         })
         .await?,
@@ -845,7 +845,7 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
     statements.push((
         "idem keys list --state exhausted",
         median_ms(|| async {
-            DB::list(pool, &exhausted).await?;
+            DB::list(store, &exhausted).await?;
             Ok(())
         })
         .await?,
@@ -855,7 +855,7 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
     statements.push((
         "idem keys show",
         median_ms(|| async {
-            DB::inspect(pool, &scope, &probe).await?;
+            DB::inspect(store, &scope, &probe).await?;
             Ok(())
         })
         .await?,

@@ -65,15 +65,13 @@ pub use config::{
     ResumePolicy,
 };
 pub use engine::{Idempotency, IdempotencyBuilder};
-pub use error::{ConfigError, IdempotencyError, KeyProblem, StoreError};
+pub use error::{ConfigError, IdempotencyError, KeyProblem};
 pub use jobs::{CompleterReport, RECORDS_EVERY, ReaperReport};
 pub use key::IdempotencyKey;
 pub use layer::{Claimed, IdemTx, IdempotencyLayer, IdempotencyService, KeyedRequest, Validator};
-pub use outcome::{Outcome, observed, scope_digest};
+pub use outcome::{Outcome, is_rejection, observed, scope_digest};
 pub use phased::{ForeignCall, Operation, PhaseError, Run, StepError};
-pub use response::{
-    Fault, IDEMPOTENT_REPLAYED, Reject, Reply, StoredResponse, Unavailable, is_rejection,
-};
+pub use response::{Fault, IDEMPOTENT_REPLAYED, Reject, Reply, Unavailable};
 pub use scope::{
     Credential, CredentialScope, HeaderScope, MIN_DIGEST_KEY, Requirement, ScopeExtractor,
     ScopeRejection, credential_digest,
@@ -81,5 +79,5 @@ pub use scope::{
 pub use store::{
     Backend, BoxFuture, ExhaustedRecord, Inspect, Inspected, KeyRecord, KeyState, KeyStats,
     ListFilter, NewClaim, ReapedRecord, Replication, Rescheduled, Schema, Standby, StepRecord,
-    StepStatus, Store, StoredRequest, WatchedCounts,
+    StepStatus, Store, StoreError, StoreSettings, StoredRequest, StoredResponse, WatchedCounts,
 };

@@ -11,8 +11,9 @@
 //! started again in the middle: every key charges exactly once.
 //!
 //! Runs when `IDEM_TEST_DATABASE_URL` is set and `pgbouncer` is installed
-//! (`/usr/sbin/pgbouncer` or on `PATH`); says so and passes otherwise. The
-//! statement-naming flag it sets is process-wide, so this file holds one test.
+//! (`/usr/sbin/pgbouncer` or on `PATH`); says so and passes otherwise. In
+//! the same process, a store reaching PostgreSQL directly keeps its named
+//! statements beside the store behind PgBouncer.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -24,7 +25,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::post;
 use http::StatusCode;
-use idem_runtime::server::{HeaderScope, IdemTx, Idempotency, Store};
+use idem_runtime::server::{Backend, HeaderScope, IdemTx, Idempotency, NewClaim, Store};
 use sqlx::Postgres;
 
 fn pgbouncer_binary() -> Option<PathBuf> {
@@ -307,6 +308,7 @@ async fn keyed_requests_through_pgbouncer_in_transaction_mode_charge_once() {
         .await
         .unwrap();
     pooled.migrate().await.unwrap();
+    let pooled_settings = pooled.settings().clone();
     let base = serve(pooled).await;
     let started = std::time::Instant::now();
     load(&base, "calm", orders, &failed, &retried).await;
@@ -351,4 +353,53 @@ async fn keyed_requests_through_pgbouncer_in_transaction_mode_charge_once() {
         "charged more than once: {duplicates:?}"
     );
     assert_eq!(rows.len(), orders * 4, "every order charged, none lost");
+
+    // Two stores in one process: the one behind PgBouncer runs unnamed
+    // statements, and one reaching PostgreSQL directly still names and
+    // caches its own, as PostgreSQL's list of the connection's prepared
+    // statements shows.
+    assert!(!pooled_settings.named_statements());
+    let direct_store = Store::connect_postgres(&direct_url, 2).await.unwrap();
+    assert!(direct_store.settings().named_statements());
+    let mut tx = direct_store.pool().begin().await.unwrap();
+    let claim = NewClaim {
+        scope: "acct_2",
+        key: "two-stores",
+        fingerprint: "fp",
+        operation: Some("charge"),
+        request: None,
+        now: 1_000,
+    };
+    let won = Postgres::claim(
+        &mut tx,
+        direct_store.settings(),
+        &claim,
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    assert_eq!(won, Some(1));
+    let prepared: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM pg_prepared_statements WHERE statement LIKE 'INSERT INTO idem_keys%'",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(prepared, 1, "the direct store's claim is a named statement");
+    tx.rollback().await.unwrap();
+    let behind = base.clone();
+    let answered = reqwest::Client::new()
+        .post(format!("{behind}/charges"))
+        .header("x-account-id", "acct_2")
+        .header("idempotency-key", "after-two-stores")
+        .body("after-two-stores")
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(
+        answered,
+        StatusCode::CREATED,
+        "the pooled store still answers"
+    );
 }

@@ -55,9 +55,14 @@ async fn claim_has_exactly_one_winner<DB: Backend>(store: Store<DB>) {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let mut tx = store.pool().begin().await.unwrap();
-            let won = DB::claim(&mut tx, &claim("acct", "k1", "fp", 1_000), WAIT, None)
-                .await
-                .unwrap();
+            let won = DB::claim(
+                &mut tx,
+                store.settings(),
+                &claim("acct", "k1", "fp", 1_000),
+                WAIT,
+            )
+            .await
+            .unwrap();
             tx.commit().await.unwrap();
             won
         }));
@@ -72,19 +77,27 @@ async fn claim_has_exactly_one_winner<DB: Backend>(store: Store<DB>) {
     // Another scope is another key.
     let mut tx = store.pool().begin().await.unwrap();
     assert_eq!(
-        DB::claim(&mut tx, &claim("other", "k1", "fp", 1_000), WAIT, None)
-            .await
-            .unwrap(),
+        DB::claim(
+            &mut tx,
+            store.settings(),
+            &claim("other", "k1", "fp", 1_000),
+            WAIT
+        )
+        .await
+        .unwrap(),
         Some(1)
     );
-    let record = DB::load(&mut tx, "acct", "k1").await.unwrap().unwrap();
+    let record = DB::load(&mut tx, store.settings(), "acct", "k1")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.state, KeyState::InFlight);
     assert_eq!(record.fingerprint, "fp");
     assert_eq!(record.lock_generation, 1);
     assert_eq!(record.locked_at, Some(1_000));
     assert!(record.response.is_none());
     assert!(
-        DB::load(&mut tx, "acct", "missing")
+        DB::load(&mut tx, store.settings(), "acct", "missing")
             .await
             .unwrap()
             .is_none()
@@ -95,7 +108,7 @@ on_every_backend!(claim_has_exactly_one_winner);
 
 async fn complete_is_fenced_by_generation<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 10), WAIT, None)
+    let generation = DB::claim(&mut tx, store.settings(), &claim("a", "k", "fp", 10), WAIT)
         .await
         .unwrap()
         .unwrap();
@@ -105,24 +118,51 @@ async fn complete_is_fenced_by_generation<DB: Backend>(store: Store<DB>) {
         body: bytes::Bytes::from_static(b"{\"id\":1}\x00\xff"),
     };
     assert!(
-        !DB::complete(&mut tx, "a", "k", generation + 1, &response, 20)
-            .await
-            .unwrap()
+        !DB::complete(
+            &mut tx,
+            store.settings(),
+            "a",
+            "k",
+            generation + 1,
+            &response,
+            20
+        )
+        .await
+        .unwrap()
     );
     assert!(
-        DB::complete(&mut tx, "a", "k", generation, &response, 20)
-            .await
-            .unwrap()
+        DB::complete(
+            &mut tx,
+            store.settings(),
+            "a",
+            "k",
+            generation,
+            &response,
+            20
+        )
+        .await
+        .unwrap()
     );
     // Complete is terminal.
     assert!(
-        !DB::complete(&mut tx, "a", "k", generation, &response, 30)
-            .await
-            .unwrap()
+        !DB::complete(
+            &mut tx,
+            store.settings(),
+            "a",
+            "k",
+            generation,
+            &response,
+            30
+        )
+        .await
+        .unwrap()
     );
     tx.commit().await.unwrap();
     let mut conn = store.pool().acquire().await.unwrap();
-    let record = DB::load(&mut conn, "a", "k").await.unwrap().unwrap();
+    let record = DB::load(&mut conn, store.settings(), "a", "k")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.state, KeyState::Complete);
     assert_eq!(record.response, Some(response));
 }
@@ -130,18 +170,23 @@ on_every_backend!(complete_is_fenced_by_generation);
 
 async fn take_over_needs_a_stale_lock<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let generation = DB::claim(&mut tx, &claim("a", "k", "fp", 1_000), WAIT, None)
-        .await
-        .unwrap()
-        .unwrap();
+    let generation = DB::claim(
+        &mut tx,
+        store.settings(),
+        &claim("a", "k", "fp", 1_000),
+        WAIT,
+    )
+    .await
+    .unwrap()
+    .unwrap();
     // Lock taken at 1000: a cutoff at or before it finds nothing to take.
     assert_eq!(
-        DB::take_over(&mut tx, "a", "k", 1_000, 2_000)
+        DB::take_over(&mut tx, store.settings(), "a", "k", 1_000, 2_000)
             .await
             .unwrap(),
         None
     );
-    let (taken, runs) = DB::take_over(&mut tx, "a", "k", 1_001, 2_000)
+    let (taken, runs) = DB::take_over(&mut tx, store.settings(), "a", "k", 1_001, 2_000)
         .await
         .unwrap()
         .unwrap();
@@ -152,22 +197,31 @@ async fn take_over_needs_a_stale_lock<DB: Backend>(store: Store<DB>) {
     );
     // The old holder is fenced off; the new one advances and refreshes the lock.
     assert!(
-        !DB::advance(&mut tx, "a", "k", generation, "x", 2_100)
+        !DB::advance(&mut tx, store.settings(), "a", "k", generation, "x", 2_100)
             .await
             .unwrap()
     );
     assert!(
-        DB::advance(&mut tx, "a", "k", taken, "charged", 2_100)
+        DB::advance(&mut tx, store.settings(), "a", "k", taken, "charged", 2_100)
             .await
             .unwrap()
     );
-    let record = DB::load(&mut tx, "a", "k").await.unwrap().unwrap();
+    let record = DB::load(&mut tx, store.settings(), "a", "k")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.recovery_point, "charged");
     assert_eq!(record.locked_at, Some(2_100));
     // Released: takeable at once.
-    assert!(DB::release(&mut tx, "a", "k", taken).await.unwrap());
+    assert!(
+        DB::release(&mut tx, store.settings(), "a", "k", taken)
+            .await
+            .unwrap()
+    );
     assert_eq!(
-        DB::take_over(&mut tx, "a", "k", 0, 2_200).await.unwrap(),
+        DB::take_over(&mut tx, store.settings(), "a", "k", 0, 2_200)
+            .await
+            .unwrap(),
         Some((taken + 1, 3))
     );
     tx.commit().await.unwrap();
@@ -186,38 +240,56 @@ async fn every_record_names_its_operation<DB: Backend>(store: Store<DB>) {
         operation: Some("createCharge"),
         ..claim("a", "single", "fp", 1_000)
     };
-    let g = DB::claim(&mut tx, &single, WAIT, None)
+    let g = DB::claim(&mut tx, store.settings(), &single, WAIT)
         .await
         .unwrap()
         .unwrap();
     assert!(
-        DB::complete(&mut tx, "a", "single", g, &response, 1_100)
-            .await
-            .unwrap()
+        DB::complete(
+            &mut tx,
+            store.settings(),
+            "a",
+            "single",
+            g,
+            &response,
+            1_100
+        )
+        .await
+        .unwrap()
     );
     let at_commit = NewClaim {
         operation: Some("createRefund"),
         ..claim("a", "at-commit", "fp", 1_000)
     };
-    DB::claim_complete(&mut tx, &at_commit, &response, WAIT, None)
+    DB::claim_complete(&mut tx, store.settings(), &at_commit, &response, WAIT)
         .await
         .unwrap()
         .unwrap();
     for (key, name) in [("single", "createCharge"), ("at-commit", "createRefund")] {
-        let record = DB::load(&mut tx, "a", key).await.unwrap().unwrap();
+        let record = DB::load(&mut tx, store.settings(), "a", key)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(record.operation.as_deref(), Some(name));
         assert!(record.request.is_none());
     }
     // Phased: open, it keeps its request and is watched; complete, it lets
     // the request go and is not.
-    let g = DB::claim(&mut tx, &phased_claim("a", "p", 1_000), WAIT, None)
+    let g = DB::claim(
+        &mut tx,
+        store.settings(),
+        &phased_claim("a", "p", 1_000),
+        WAIT,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let watched = DB::count_watched(&mut tx, store.settings(), 0, 2_000)
         .await
-        .unwrap()
         .unwrap();
-    let watched = DB::count_watched(&mut tx, 0, 2_000).await.unwrap();
     assert_eq!((watched.in_flight, watched.exhausted), (1, 0));
     assert!(
-        DB::load(&mut tx, "a", "p")
+        DB::load(&mut tx, store.settings(), "a", "p")
             .await
             .unwrap()
             .unwrap()
@@ -225,14 +297,19 @@ async fn every_record_names_its_operation<DB: Backend>(store: Store<DB>) {
             .is_some()
     );
     assert!(
-        DB::complete(&mut tx, "a", "p", g, &response, 1_200)
+        DB::complete(&mut tx, store.settings(), "a", "p", g, &response, 1_200)
             .await
             .unwrap()
     );
-    let record = DB::load(&mut tx, "a", "p").await.unwrap().unwrap();
+    let record = DB::load(&mut tx, store.settings(), "a", "p")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.operation.as_deref(), Some("checkout"));
     assert!(record.request.is_none());
-    let watched = DB::count_watched(&mut tx, 0, 2_000).await.unwrap();
+    let watched = DB::count_watched(&mut tx, store.settings(), 0, 2_000)
+        .await
+        .unwrap();
     assert_eq!(
         (watched.in_flight, watched.exhausted, watched.stale),
         (0, 0, 0)
@@ -243,155 +320,203 @@ on_every_backend!(every_record_names_its_operation);
 
 async fn a_failed_run_is_due_later_and_the_bound_ends_it<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let g = DB::claim(&mut tx, &phased_claim("a", "p", 1_000), WAIT, None)
-        .await
-        .unwrap()
-        .unwrap();
+    let g = DB::claim(
+        &mut tx,
+        store.settings(),
+        &phased_claim("a", "p", 1_000),
+        WAIT,
+    )
+    .await
+    .unwrap()
+    .unwrap();
     // The first run fails: due again at 1500, with 3 runs allowed in all.
     assert_eq!(
-        DB::reschedule(&mut tx, "a", "p", g, 1_500, 3, 100_000)
+        DB::reschedule(&mut tx, store.settings(), "a", "p", g, 1_500, 3, 100_000)
             .await
             .unwrap(),
         Some(Rescheduled::At(1_500))
     );
-    let record = DB::load(&mut tx, "a", "p").await.unwrap().unwrap();
+    let record = DB::load(&mut tx, store.settings(), "a", "p")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((record.attempts, record.next_attempt_at), (1, Some(1_500)));
     assert_eq!(record.locked_at, None);
     // Not due: neither the completer's scan nor a takeover finds it.
     assert!(
-        DB::abandoned(&mut tx, 1_400, 1_400, 10)
+        DB::abandoned(&mut tx, store.settings(), 1_400, 1_400, 10)
             .await
             .unwrap()
             .is_empty()
     );
     assert_eq!(
-        DB::take_over(&mut tx, "a", "p", 1_400, 1_400)
+        DB::take_over(&mut tx, store.settings(), "a", "p", 1_400, 1_400)
             .await
             .unwrap(),
         None
     );
     // Due: one takeover wins, a second one for the same due time does not.
     assert_eq!(
-        DB::abandoned(&mut tx, 1_500, 1_500, 10).await.unwrap(),
+        DB::abandoned(&mut tx, store.settings(), 1_500, 1_500, 10)
+            .await
+            .unwrap(),
         vec![("a".to_owned(), "p".to_owned())]
     );
-    let (g2, runs) = DB::take_over(&mut tx, "a", "p", 1_500, 1_500)
+    let (g2, runs) = DB::take_over(&mut tx, store.settings(), "a", "p", 1_500, 1_500)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(runs, 2);
     assert_eq!(
-        DB::take_over(&mut tx, "a", "p", 1_500, 1_500)
+        DB::take_over(&mut tx, store.settings(), "a", "p", 1_500, 1_500)
             .await
             .unwrap(),
         None
     );
     // The old holder's reschedule is fenced off.
     assert_eq!(
-        DB::reschedule(&mut tx, "a", "p", g, 2_000, 3, 100_000)
+        DB::reschedule(&mut tx, store.settings(), "a", "p", g, 2_000, 3, 100_000)
             .await
             .unwrap(),
         None
     );
-    DB::reschedule(&mut tx, "a", "p", g2, 2_000, 3, 100_000)
+    DB::reschedule(&mut tx, store.settings(), "a", "p", g2, 2_000, 3, 100_000)
         .await
         .unwrap();
-    let (g3, runs) = DB::take_over(&mut tx, "a", "p", 2_000, 2_000)
+    let (g3, runs) = DB::take_over(&mut tx, store.settings(), "a", "p", 2_000, 2_000)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(runs, 3);
     // The third and last run fails: terminal, whatever the due time says.
     assert_eq!(
-        DB::reschedule(&mut tx, "a", "p", g3, 2_500, 3, 100_000)
+        DB::reschedule(&mut tx, store.settings(), "a", "p", g3, 2_500, 3, 100_000)
             .await
             .unwrap(),
         Some(Rescheduled::Exhausted { attempts: 3 })
     );
-    let record = DB::load(&mut tx, "a", "p").await.unwrap().unwrap();
+    let record = DB::load(&mut tx, store.settings(), "a", "p")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.state, KeyState::Exhausted);
     assert!(
-        DB::abandoned(&mut tx, 9_000, 9_000, 10)
+        DB::abandoned(&mut tx, store.settings(), 9_000, 9_000, 10)
             .await
             .unwrap()
             .is_empty()
     );
     assert_eq!(
-        DB::take_over(&mut tx, "a", "p", 9_000, 9_000)
+        DB::take_over(&mut tx, store.settings(), "a", "p", 9_000, 9_000)
             .await
             .unwrap(),
         None
     );
-    assert_eq!(DB::count_exhausted(&mut tx).await.unwrap(), 1);
-    let listed = DB::exhausted(&mut tx, 10).await.unwrap();
+    assert_eq!(
+        DB::count_exhausted(&mut tx, store.settings())
+            .await
+            .unwrap(),
+        1
+    );
+    let listed = DB::exhausted(&mut tx, store.settings(), 10).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!((listed[0].key.as_str(), listed[0].attempts), ("p", 3));
 
     // The age bound: a next run past `give_up_after` from the claim ends it too.
-    let g = DB::claim(&mut tx, &phased_claim("a", "old", 1_000), WAIT, None)
-        .await
-        .unwrap()
-        .unwrap();
+    let g = DB::claim(
+        &mut tx,
+        store.settings(),
+        &phased_claim("a", "old", 1_000),
+        WAIT,
+    )
+    .await
+    .unwrap()
+    .unwrap();
     assert_eq!(
-        DB::reschedule(&mut tx, "a", "old", g, 5_001, 10, 4_000)
+        DB::reschedule(&mut tx, store.settings(), "a", "old", g, 5_001, 10, 4_000)
             .await
             .unwrap(),
         Some(Rescheduled::Exhausted { attempts: 1 })
     );
     // And a takeover that finds a record past its bound ends it without a run.
-    let g = DB::claim(&mut tx, &phased_claim("a", "crashed", 1_000), WAIT, None)
-        .await
-        .unwrap()
-        .unwrap();
-    let (g, _) = DB::take_over(&mut tx, "a", "crashed", 1_001, 2_000)
+    let g = DB::claim(
+        &mut tx,
+        store.settings(),
+        &phased_claim("a", "crashed", 1_000),
+        WAIT,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let (g, _) = DB::take_over(&mut tx, store.settings(), "a", "crashed", 1_001, 2_000)
         .await
         .unwrap()
         .unwrap_or((g, 0));
-    assert!(DB::exhaust(&mut tx, "a", "crashed", g).await.unwrap());
-    let record = DB::load(&mut tx, "a", "crashed").await.unwrap().unwrap();
+    assert!(
+        DB::exhaust(&mut tx, store.settings(), "a", "crashed", g)
+            .await
+            .unwrap()
+    );
+    let record = DB::load(&mut tx, store.settings(), "a", "crashed")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((record.state, record.attempts), (KeyState::Exhausted, 1));
-    assert_eq!(DB::count_exhausted(&mut tx).await.unwrap(), 3);
+    assert_eq!(
+        DB::count_exhausted(&mut tx, store.settings())
+            .await
+            .unwrap(),
+        3
+    );
     tx.commit().await.unwrap();
 }
 on_every_backend!(a_failed_run_is_due_later_and_the_bound_ends_it);
 
 async fn expired_records_are_reclaimed_once<DB: Backend>(store: Store<DB>) {
     let mut tx = store.pool().begin().await.unwrap();
-    let g = DB::claim(&mut tx, &claim("a", "k", "old", 1_000), WAIT, None)
-        .await
-        .unwrap()
-        .unwrap();
+    let g = DB::claim(
+        &mut tx,
+        store.settings(),
+        &claim("a", "k", "old", 1_000),
+        WAIT,
+    )
+    .await
+    .unwrap()
+    .unwrap();
     let response = StoredResponse {
         status: 200,
         headers: vec![],
         body: bytes::Bytes::from_static(b"old"),
     };
     assert!(
-        DB::complete(&mut tx, "a", "k", g, &response, 1_000)
+        DB::complete(&mut tx, store.settings(), "a", "k", g, &response, 1_000)
             .await
             .unwrap()
     );
     let fresh = claim("a", "k", "new", 5_000);
     // Not yet expired (cutoff before creation).
     assert_eq!(
-        DB::reclaim_expired(&mut tx, &fresh, 900, 4_000)
+        DB::reclaim_expired(&mut tx, store.settings(), &fresh, 900, 4_000)
             .await
             .unwrap(),
         None
     );
-    let g2 = DB::reclaim_expired(&mut tx, &fresh, 2_000, 4_000)
+    let g2 = DB::reclaim_expired(&mut tx, store.settings(), &fresh, 2_000, 4_000)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(g2, g + 1);
-    let record = DB::load(&mut tx, "a", "k").await.unwrap().unwrap();
+    let record = DB::load(&mut tx, store.settings(), "a", "k")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.state, KeyState::InFlight);
     assert_eq!(record.fingerprint, "new");
     assert_eq!(record.created_at, 5_000);
     assert!(record.response.is_none());
     // Now fresh: a second reclaim finds nothing.
     assert_eq!(
-        DB::reclaim_expired(&mut tx, &fresh, 2_000, 4_000)
+        DB::reclaim_expired(&mut tx, store.settings(), &fresh, 2_000, 4_000)
             .await
             .unwrap(),
         None
@@ -415,7 +540,7 @@ async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
         request: Some(&request),
         now: 1_000,
     };
-    let g = DB::claim(&mut tx, &phased, WAIT, None)
+    let g = DB::claim(&mut tx, store.settings(), &phased, WAIT)
         .await
         .unwrap()
         .unwrap();
@@ -425,7 +550,7 @@ async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
         derived_key: Some("p:charge".into()),
         output: None,
     };
-    DB::record_step(&mut tx, "a", "p", &intent, 1_000)
+    DB::record_step(&mut tx, store.settings(), "a", "p", &intent, 1_000)
         .await
         .unwrap();
     let done = StepRecord {
@@ -433,77 +558,133 @@ async fn steps_requests_abandoned_and_reaping<DB: Backend>(store: Store<DB>) {
         output: Some("\"ch_1\"".into()),
         ..intent.clone()
     };
-    DB::record_step(&mut tx, "a", "p", &done, 1_100)
+    DB::record_step(&mut tx, store.settings(), "a", "p", &done, 1_100)
         .await
         .unwrap();
-    let steps = DB::load_steps(&mut tx, "a", "p").await.unwrap();
+    let steps = DB::load_steps(&mut tx, store.settings(), "a", "p")
+        .await
+        .unwrap();
     assert_eq!(steps.len(), 1);
     assert_eq!(steps[0].status, StepStatus::Done);
     assert_eq!(steps[0].output.as_deref(), Some("\"ch_1\""));
-    let record = DB::load(&mut tx, "a", "p").await.unwrap().unwrap();
+    let record = DB::load(&mut tx, store.settings(), "a", "p")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.request, Some(request.clone()));
     assert_eq!(record.operation.as_deref(), Some("checkout"));
     // A single-phase claim is never reported as abandoned: nothing could resume it.
-    DB::claim(&mut tx, &claim("a", "single", "fp", 1_000), WAIT, None)
-        .await
-        .unwrap()
-        .unwrap();
-    let c = DB::claim(&mut tx, &claim("a", "done", "fp", 1_000), WAIT, None)
-        .await
-        .unwrap()
-        .unwrap();
+    DB::claim(
+        &mut tx,
+        store.settings(),
+        &claim("a", "single", "fp", 1_000),
+        WAIT,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let c = DB::claim(
+        &mut tx,
+        store.settings(),
+        &claim("a", "done", "fp", 1_000),
+        WAIT,
+    )
+    .await
+    .unwrap()
+    .unwrap();
     let resp = StoredResponse {
         status: 200,
         headers: vec![],
         body: bytes::Bytes::new(),
     };
     assert!(
-        DB::complete(&mut tx, "a", "done", c, &resp, 1_000)
+        DB::complete(&mut tx, store.settings(), "a", "done", c, &resp, 1_000)
             .await
             .unwrap()
     );
     assert_eq!(
-        DB::abandoned(&mut tx, 2_000, 2_000, 10).await.unwrap(),
+        DB::abandoned(&mut tx, store.settings(), 2_000, 2_000, 10)
+            .await
+            .unwrap(),
         vec![("a".to_owned(), "p".to_owned())]
     );
     assert!(
-        DB::abandoned(&mut tx, 1_000, 2_000, 10)
+        DB::abandoned(&mut tx, store.settings(), 1_000, 2_000, 10)
             .await
             .unwrap()
             .is_empty()
     );
     let _ = g;
     // A younger phased record with a step: neither it nor its step is reaped.
-    DB::claim(&mut tx, &phased_claim("a", "young", 2_000), WAIT, None)
-        .await
-        .unwrap()
-        .unwrap();
-    DB::record_step(&mut tx, "a", "young", &intent, 2_000)
+    DB::claim(
+        &mut tx,
+        store.settings(),
+        &phased_claim("a", "young", 2_000),
+        WAIT,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    DB::record_step(&mut tx, store.settings(), "a", "young", &intent, 2_000)
         .await
         .unwrap();
     // Reap everything claimed before 1500, in batches of two: three
     // records, two never finished.
     // Each batch starts where the last one ended.
-    let mut reaped = DB::reap(&mut tx, 0, 1_500, 2).await.unwrap();
+    let mut reaped = DB::reap(&mut tx, store.settings(), 0, 1_500, 2)
+        .await
+        .unwrap();
     assert_eq!(reaped.len(), 2);
     let from = reaped.iter().map(|r| r.created_at).max().unwrap();
     assert_eq!(from, 1_000);
-    assert!(DB::reap(&mut tx, 1_001, 1_500, 2).await.unwrap().is_empty());
-    reaped.extend(DB::reap(&mut tx, from, 1_500, 2).await.unwrap());
-    assert!(DB::reap(&mut tx, from, 1_500, 2).await.unwrap().is_empty());
+    assert!(
+        DB::reap(&mut tx, store.settings(), 1_001, 1_500, 2)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    reaped.extend(
+        DB::reap(&mut tx, store.settings(), from, 1_500, 2)
+            .await
+            .unwrap(),
+    );
+    assert!(
+        DB::reap(&mut tx, store.settings(), from, 1_500, 2)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
-        DB::load_steps(&mut tx, "a", "young").await.unwrap().len(),
+        DB::load_steps(&mut tx, store.settings(), "a", "young")
+            .await
+            .unwrap()
+            .len(),
         1
     );
-    assert!(DB::load(&mut tx, "a", "young").await.unwrap().is_some());
+    assert!(
+        DB::load(&mut tx, store.settings(), "a", "young")
+            .await
+            .unwrap()
+            .is_some()
+    );
     reaped.sort_by(|a, b| a.key.cmp(&b.key));
     assert_eq!(reaped.len(), 3);
     assert_eq!(reaped[0].state, KeyState::Complete);
     assert_eq!(reaped[1].state, KeyState::InFlight);
     assert_eq!(reaped[1].operation.as_deref(), Some("checkout"));
     assert_eq!(reaped[1].recovery_point, "started");
-    assert!(DB::load_steps(&mut tx, "a", "p").await.unwrap().is_empty());
-    assert!(DB::load(&mut tx, "a", "p").await.unwrap().is_none());
+    assert!(
+        DB::load_steps(&mut tx, store.settings(), "a", "p")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        DB::load(&mut tx, store.settings(), "a", "p")
+            .await
+            .unwrap()
+            .is_none()
+    );
     tx.commit().await.unwrap();
 }
 on_every_backend!(steps_requests_abandoned_and_reaping);
@@ -540,9 +721,14 @@ async fn postgres_claim_wait_is_bounded_and_scoped_to_the_claim() {
 
     // The holder: claims and keeps its transaction open.
     let mut holder = app.pool().begin().await.unwrap();
-    let won = sqlx::Postgres::claim(&mut holder, &claim("a", "busy", "fp", 1_000), WAIT, None)
-        .await
-        .unwrap();
+    let won = sqlx::Postgres::claim(
+        &mut holder,
+        store.settings(),
+        &claim("a", "busy", "fp", 1_000),
+        WAIT,
+    )
+    .await
+    .unwrap();
     assert_eq!(won, Some(1));
     assert_eq!(setting(&mut holder).await, "7s");
 
@@ -551,9 +737,9 @@ async fn postgres_claim_wait_is_bounded_and_scoped_to_the_claim() {
     let started = std::time::Instant::now();
     let refused = sqlx::Postgres::claim(
         &mut duplicate,
+        store.settings(),
         &claim("a", "busy", "fp", 1_000),
         bound,
-        None,
     )
     .await;
     assert!(
@@ -574,16 +760,26 @@ async fn postgres_claim_wait_is_bounded_and_scoped_to_the_claim() {
         .execute(&mut *local)
         .await
         .unwrap();
-    let won = sqlx::Postgres::claim(&mut local, &claim("a", "local", "fp", 1_000), bound, None)
-        .await
-        .unwrap();
+    let won = sqlx::Postgres::claim(
+        &mut local,
+        store.settings(),
+        &claim("a", "local", "fp", 1_000),
+        bound,
+    )
+    .await
+    .unwrap();
     assert_eq!(won, Some(1));
     assert_eq!(setting(&mut local).await, "9s");
     local.commit().await.unwrap();
     let mut other = store.pool().begin().await.unwrap();
-    let won = sqlx::Postgres::claim(&mut other, &claim("a", "free", "fp", 1_000), bound, None)
-        .await
-        .unwrap();
+    let won = sqlx::Postgres::claim(
+        &mut other,
+        store.settings(),
+        &claim("a", "free", "fp", 1_000),
+        bound,
+    )
+    .await
+    .unwrap();
     assert_eq!(won, Some(1));
     assert_eq!(setting(&mut other).await, "0");
     other.commit().await.unwrap();
@@ -593,18 +789,27 @@ async fn postgres_claim_wait_is_bounded_and_scoped_to_the_claim() {
     // lifting it puts the pool's value back.
     holder.commit().await.unwrap();
     let mut after = app.pool().begin().await.unwrap();
-    let lost = sqlx::Postgres::claim(&mut after, &claim("a", "busy", "fp", 1_000), bound, None)
-        .await
-        .unwrap();
+    let lost = sqlx::Postgres::claim(
+        &mut after,
+        store.settings(),
+        &claim("a", "busy", "fp", 1_000),
+        bound,
+    )
+    .await
+    .unwrap();
     assert_eq!(lost, None);
     assert_eq!(setting(&mut after).await, "200ms");
-    sqlx::Postgres::lift_claim_bound(&mut after).await.unwrap();
+    sqlx::Postgres::lift_claim_bound(&mut after, store.settings())
+        .await
+        .unwrap();
     assert_eq!(setting(&mut after).await, "7s");
     drop(after);
 
     // Lifting where no claim bounded anything changes nothing.
     let mut plain = app.pool().begin().await.unwrap();
-    sqlx::Postgres::lift_claim_bound(&mut plain).await.unwrap();
+    sqlx::Postgres::lift_claim_bound(&mut plain, store.settings())
+        .await
+        .unwrap();
     assert_eq!(setting(&mut plain).await, "7s");
 }
 
@@ -627,15 +832,14 @@ async fn postgres_session_bound_claims_with_the_plain_insert() {
         return;
     };
     assert_eq!(store.session_lock_wait(), Some(bound));
-    let session = store.session_lock_wait();
 
     let mut holder = store.pool().begin().await.unwrap();
     assert_eq!(setting(&mut holder).await, "300ms");
     let won = sqlx::Postgres::claim(
         &mut holder,
+        store.settings(),
         &claim("a", "busy", "fp", 1_000),
         bound,
-        session,
     )
     .await
     .unwrap();
@@ -649,9 +853,9 @@ async fn postgres_session_bound_claims_with_the_plain_insert() {
     let started = std::time::Instant::now();
     let refused = sqlx::Postgres::claim(
         &mut duplicate,
+        store.settings(),
         &claim("a", "busy", "fp", 1_000),
         bound - Duration::from_micros(40),
-        session,
     )
     .await;
     assert!(
@@ -675,16 +879,16 @@ async fn postgres_session_bound_claims_with_the_plain_insert() {
     let started = std::time::Instant::now();
     let lost = sqlx::Postgres::claim(
         &mut patient,
+        store.settings(),
         &claim("a", "busy", "fp", 1_000),
         Duration::from_secs(20),
-        session,
     )
     .await
     .unwrap();
     assert_eq!(lost, None);
     assert!(started.elapsed() >= Duration::from_millis(500));
     assert_eq!(setting(&mut patient).await, "20s");
-    sqlx::Postgres::lift_claim_bound(&mut patient)
+    sqlx::Postgres::lift_claim_bound(&mut patient, store.settings())
         .await
         .unwrap();
     assert_eq!(setting(&mut patient).await, "300ms");
@@ -735,22 +939,27 @@ async fn a_version_1_store_upgrades_in_place<DB: AtVersion1>(store: Store<DB>) {
     store.migrate().await.unwrap();
     store.migrate().await.unwrap();
     let mut tx = store.pool().begin().await.unwrap();
-    let record = DB::load(&mut tx, "a", "old").await.unwrap().unwrap();
+    let record = DB::load(&mut tx, store.settings(), "a", "old")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.state, KeyState::InFlight);
     assert_eq!(record.recovery_point, "charge:intent");
     assert_eq!((record.attempts, record.next_attempt_at), (1, None));
     // The upgraded record is due, and its schedule works like a new one's.
     assert_eq!(
-        DB::abandoned(&mut tx, 2_000, 2_000, 10).await.unwrap(),
+        DB::abandoned(&mut tx, store.settings(), 2_000, 2_000, 10)
+            .await
+            .unwrap(),
         vec![("a".to_owned(), "old".to_owned())]
     );
-    let (g, runs) = DB::take_over(&mut tx, "a", "old", 2_000, 2_000)
+    let (g, runs) = DB::take_over(&mut tx, store.settings(), "a", "old", 2_000, 2_000)
         .await
         .unwrap()
         .unwrap();
     assert_eq!((g, runs), (4, 2));
     assert_eq!(
-        DB::reschedule(&mut tx, "a", "old", g, 3_000, 2, 100_000)
+        DB::reschedule(&mut tx, store.settings(), "a", "old", g, 3_000, 2, 100_000)
             .await
             .unwrap(),
         Some(Rescheduled::Exhausted { attempts: 2 })
@@ -792,4 +1001,84 @@ async fn a_host_list_reaches_the_first_host_that_accepts_writes() {
         refused.to_string().contains("needs the primary"),
         "{refused}"
     );
+}
+
+/// The statement a claim waiting on another connection sent, as the server
+/// lists it.
+async fn waiting_claim(store: &Store<MySql>) -> String {
+    loop {
+        let info: Option<String> = sqlx::query_scalar(
+            "SELECT info FROM information_schema.processlist \
+             WHERE info LIKE '%INTO idem_keys%' AND id <> CONNECTION_ID()",
+        )
+        .fetch_optional(store.pool())
+        .await
+        .unwrap();
+        if let Some(info) = info {
+            return info;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Two stores of the MySQL family in one process, one on a server that
+/// takes `SET STATEMENT` (MariaDB) and one told its server does not
+/// (MySQL): each claim is written for its own store's server, seen in the
+/// server's process list while it waits behind a held claim.
+#[tokio::test]
+async fn a_mysql_store_and_a_mariadb_store_keep_their_own_claims() {
+    let Some((mariadb, url)) = support_server::mysql_with_url("own_claims").await else {
+        return;
+    };
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(2)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::Executor::execute(conn, "SET SESSION innodb_lock_wait_timeout = 1").await?;
+                Ok(())
+            })
+        })
+        .connect(&url)
+        .await
+        .unwrap();
+    let mysql = Store::new(pool).without_set_statement();
+    assert!(mariadb.settings().set_statement());
+    assert!(!mysql.settings().set_statement());
+
+    let mut holder = mariadb.pool().begin().await.unwrap();
+    let won = MySql::claim(
+        &mut holder,
+        mariadb.settings(),
+        &claim("a", "busy", "fp", 1_000),
+        WAIT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(won, Some(1));
+    for (store, sent) in [
+        (
+            &mariadb,
+            "SET STATEMENT innodb_lock_wait_timeout = 1 FOR INSERT",
+        ),
+        (&mysql, "INSERT INTO idem_keys"),
+    ] {
+        let mut duplicate = store.pool().begin().await.unwrap();
+        let again = claim("a", "busy", "fp", 1_000);
+        let (refused, info) = tokio::join!(
+            MySql::claim(
+                &mut duplicate,
+                store.settings(),
+                &again,
+                Duration::from_secs(1),
+            ),
+            waiting_claim(&mariadb),
+        );
+        assert!(
+            matches!(refused, Err(StoreError::LockWaitExpired { .. })),
+            "{refused:?}"
+        );
+        assert!(info.starts_with(sent), "{info}");
+        duplicate.rollback().await.unwrap();
+    }
+    holder.rollback().await.unwrap();
 }

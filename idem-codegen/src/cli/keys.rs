@@ -246,7 +246,7 @@ fn redact(url: &str) -> String {
 }
 
 async fn on<DB: Inspect>(store: Store<DB>, url: &str, args: &KeysArgs) -> Result<Done, Failure> {
-    match DB::schema(store.pool()).await.map_err(Failure::store)? {
+    match DB::schema(&store).await.map_err(Failure::store)? {
         Schema::Missing => {
             return Err(Failure::input(format!(
                 "{} holds no idem key tables (idem_keys, idem_schema_migrations): is it the \
@@ -303,9 +303,7 @@ async fn on<DB: Inspect>(store: Store<DB>, url: &str, args: &KeysArgs) -> Result
                 claimed_before: older_than.map(|d| now - millis(d)),
                 limit: i64::from(*limit),
             };
-            let records = DB::list(store.pool(), &filter)
-                .await
-                .map_err(Failure::store)?;
+            let records = DB::list(&store, &filter).await.map_err(Failure::store)?;
             Ok(Done {
                 text: render::list(&records, now, json),
                 code: EXIT_CLEAN,
@@ -313,7 +311,7 @@ async fn on<DB: Inspect>(store: Store<DB>, url: &str, args: &KeysArgs) -> Result
         }
         KeysCommand::Stats { reaper_after } => {
             let now = idem_runtime::chrono::Utc::now().timestamp_millis();
-            let stats = DB::stats(store.pool(), now - millis(*reaper_after))
+            let stats = DB::stats(&store, now - millis(*reaper_after))
                 .await
                 .map_err(Failure::store)?;
             let replication = replication::<DB>(&store).await?;
@@ -333,7 +331,9 @@ async fn replication<DB: Inspect>(store: &Store<DB>) -> Result<Option<Replicatio
         .begin()
         .await
         .map_err(|e| Failure::store(e.into()))?;
-    let replication = DB::replication(&mut tx).await.map_err(Failure::store)?;
+    let replication = DB::replication(&mut tx, store.settings())
+        .await
+        .map_err(Failure::store)?;
     tx.commit().await.map_err(|e| Failure::store(e.into()))?;
     Ok(replication)
 }
@@ -372,7 +372,7 @@ async fn show<DB: Inspect>(
     let scope = match scope {
         Some(scope) => scope.to_owned(),
         None => {
-            let scopes = DB::scopes_holding(store.pool(), key, SCOPES_LISTED + 1)
+            let scopes = DB::scopes_holding(store, key, SCOPES_LISTED + 1)
                 .await
                 .map_err(Failure::store)?;
             match scopes.as_slice() {
@@ -382,7 +382,7 @@ async fn show<DB: Inspect>(
             }
         }
     };
-    let Some(found) = DB::inspect(store.pool(), &scope, key)
+    let Some(found) = DB::inspect(store, &scope, key)
         .await
         .map_err(Failure::store)?
     else {
@@ -401,7 +401,7 @@ async fn resume<DB: Inspect>(
     scope: &str,
     json: bool,
 ) -> Result<Done, Failure> {
-    let Some(before) = DB::inspect(store.pool(), scope, key)
+    let Some(before) = DB::inspect(store, scope, key)
         .await
         .map_err(Failure::store)?
     else {
@@ -419,7 +419,7 @@ async fn resume<DB: Inspect>(
         )));
     }
     let now = idem_runtime::chrono::Utc::now().timestamp_millis();
-    if !DB::resume(store.pool(), scope, key, now)
+    if !DB::resume(store, scope, key, now)
         .await
         .map_err(Failure::store)?
     {

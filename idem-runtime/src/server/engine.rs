@@ -17,11 +17,12 @@ use sqlx::Transaction;
 use super::canonical::canonical_json;
 use super::clock::{ms, now_ms};
 use super::config::{FailureReplay, InFlight, KeyIn, KeyRequirement, Policy, ResumePolicy};
-use super::error::{ConfigError, IdempotencyError, StoreError};
+use super::error::{ConfigError, IdempotencyError};
 use super::key::{BodyKey, fingerprint, read_body_key, read_form_key, read_key, validate};
 use super::outcome::{Outcome, marked};
-use super::response::StoredResponse;
 use super::scope::{CredentialScope, GlobalScope, MIN_DIGEST_KEY, Requirement, ScopeExtractor};
+use super::store::StoreError;
+use super::store::StoredResponse;
 use super::store::{Backend, KeyRecord, KeyState, NewClaim, Store, StoredRequest};
 
 mod builder;
@@ -361,7 +362,10 @@ impl<DB: Backend> Idempotency<DB> {
         self.inner.store.begin_within(self.store_wait()).await
     }
 
+    /// The answer to a request that met `source`, which the store notes
+    /// (a read-only answer starts the search for the primary).
     pub(crate) fn store_error(&self, source: StoreError) -> IdempotencyError {
+        self.inner.store.note(&source);
         unavailable(&self.inner.policy)(source)
     }
 
@@ -597,7 +601,7 @@ impl<DB: Backend> Idempotency<DB> {
         wait: Duration,
     ) -> Result<Claim<DB>, IdempotencyError> {
         let policy = &self.inner.policy;
-        let err = unavailable(policy);
+        let err = |e| self.store_error(e);
         let operation = super::outcome::current_operation();
         // A phased operation keeps its request so the completer can finish it
         // without the client.
@@ -617,8 +621,7 @@ impl<DB: Backend> Idempotency<DB> {
                 now,
             };
             let mut tx = self.begin_request().await.map_err(&err)?;
-            let session = self.inner.store.session_lock_wait();
-            match DB::claim(&mut tx, &claim, wait, session).await {
+            match DB::claim(&mut tx, self.inner.store.settings(), &claim, wait).await {
                 Ok(Some(generation)) => {
                     return Ok(Claim::Won(Won {
                         tx,
@@ -635,7 +638,7 @@ impl<DB: Backend> Idempotency<DB> {
                 Err(StoreError::LockWaitExpired { .. }) => return Ok(Claim::InFlight(None)),
                 Err(e) => return Err(err(e)),
             }
-            let Some(record) = DB::load(&mut tx, &prepared.scope, key)
+            let Some(record) = DB::load(&mut tx, self.inner.store.settings(), &prepared.scope, key)
                 .await
                 .map_err(&err)?
             else {
@@ -649,14 +652,22 @@ impl<DB: Backend> Idempotency<DB> {
                 // conditional UPDATE is the arbiter; a concurrent caller that
                 // re-claims first makes it match nothing, and we look again.
                 let cutoff = now.saturating_sub(ms(policy.replay_window));
-                if let Some(generation) = DB::reclaim_expired(&mut tx, &claim, cutoff, lock_cutoff)
-                    .await
-                    .map_err(&err)?
+                if let Some(generation) = DB::reclaim_expired(
+                    &mut tx,
+                    self.inner.store.settings(),
+                    &claim,
+                    cutoff,
+                    lock_cutoff,
+                )
+                .await
+                .map_err(&err)?
                 {
-                    DB::delete_steps(&mut tx, &prepared.scope, key)
+                    DB::delete_steps(&mut tx, self.inner.store.settings(), &prepared.scope, key)
                         .await
                         .map_err(&err)?;
-                    DB::lift_claim_bound(&mut tx).await.map_err(&err)?;
+                    DB::lift_claim_bound(&mut tx, self.inner.store.settings())
+                        .await
+                        .map_err(&err)?;
                     return Ok(Claim::Won(Won {
                         tx,
                         generation,
@@ -696,10 +707,16 @@ impl<DB: Backend> Idempotency<DB> {
                     let ours = resumable.is_some() && record.operation.as_deref() == resumable;
                     if stale
                         && ours
-                        && let Some((generation, attempts)) =
-                            DB::take_over(&mut tx, &prepared.scope, key, lock_cutoff, now)
-                                .await
-                                .map_err(&err)?
+                        && let Some((generation, attempts)) = DB::take_over(
+                            &mut tx,
+                            self.inner.store.settings(),
+                            &prepared.scope,
+                            key,
+                            lock_cutoff,
+                            now,
+                        )
+                        .await
+                        .map_err(&err)?
                     {
                         tracing::info!(
                             scope = %prepared.scope,
@@ -708,7 +725,9 @@ impl<DB: Backend> Idempotency<DB> {
                             attempts,
                             "took over an abandoned request"
                         );
-                        DB::lift_claim_bound(&mut tx).await.map_err(&err)?;
+                        DB::lift_claim_bound(&mut tx, self.inner.store.settings())
+                            .await
+                            .map_err(&err)?;
                         return Ok(Claim::Won(Won {
                             tx,
                             generation,
@@ -803,7 +822,17 @@ impl<DB: Backend> Idempotency<DB> {
             Ok(captured) => captured,
             Err(send) => return send,
         };
-        match DB::complete(&mut tx, scope, key, generation, &stored, now_ms()).await {
+        match DB::complete(
+            &mut tx,
+            self.inner.store.settings(),
+            scope,
+            key,
+            generation,
+            &stored,
+            now_ms(),
+        )
+        .await
+        {
             Ok(true) => {}
             Ok(false) => return IdempotencyError::LockLost.into_response(),
             Err(e) => return self.store_error(e).into_response(),
@@ -883,8 +912,15 @@ impl<DB: Backend> Idempotency<DB> {
                 request: None,
                 now,
             };
-            let session = self.inner.store.session_lock_wait();
-            let record = match DB::claim_complete(&mut tx, &claim, &stored, wait, session).await {
+            let record = match DB::claim_complete(
+                &mut tx,
+                self.inner.store.settings(),
+                &claim,
+                &stored,
+                wait,
+            )
+            .await
+            {
                 Ok(Some(_)) => {
                     return match tx.commit().await {
                         Ok(()) => marked(
@@ -909,10 +945,13 @@ impl<DB: Backend> Idempotency<DB> {
                         _ => self.store_error(e).into_response(),
                     };
                 }
-                Ok(None) => match DB::load(&mut tx, &prepared.scope, key).await {
-                    Ok(record) => record,
-                    Err(e) => return self.store_error(e).into_response(),
-                },
+                Ok(None) => {
+                    match DB::load(&mut tx, self.inner.store.settings(), &prepared.scope, key).await
+                    {
+                        Ok(record) => record,
+                        Err(e) => return self.store_error(e).into_response(),
+                    }
+                }
             };
             let Some(record) = record else {
                 // Reaped between the two statements.
@@ -921,7 +960,15 @@ impl<DB: Backend> Idempotency<DB> {
             let cutoff = now.saturating_sub(ms(policy.replay_window));
             if record.created_at < cutoff && record.state == KeyState::Complete {
                 // Past its window the key names a new request.
-                match DB::delete_expired(&mut tx, &prepared.scope, key, cutoff).await {
+                match DB::delete_expired(
+                    &mut tx,
+                    self.inner.store.settings(),
+                    &prepared.scope,
+                    key,
+                    cutoff,
+                )
+                .await
+                {
                     Ok(_) => continue,
                     Err(e) => return self.store_error(e).into_response(),
                 }
@@ -938,7 +985,7 @@ impl<DB: Backend> Idempotency<DB> {
         // In a transaction: behind a transaction pooler an unnamed
         // statement is only safe inside one.
         let mut tx = self.inner.store.pool().begin().await?;
-        DB::load(&mut tx, scope, key).await
+        DB::load(&mut tx, self.inner.store.settings(), scope, key).await
     }
 
     /// What a request gets from a record its key already has.

@@ -6,75 +6,8 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 
 use super::outcome::Outcome;
+use super::store::StoreError;
 use crate::protocol;
-
-/// A failure of the key store.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The database could not be reached or refused the statement.
-    #[error("key store error: {0}")]
-    Database(#[source] sqlx::Error),
-    /// An embedded migration failed.
-    #[error("key store migration {version} failed: {source}")]
-    Migration {
-        /// Migration version.
-        version: i64,
-        /// What the database said.
-        source: sqlx::Error,
-    },
-    /// The claim waited `waited` for another transaction holding an
-    /// uncommitted claim on the same key, and gave up (PostgreSQL SQLSTATE
-    /// `55P03`, lock_not_available). The key is in flight; nothing was written.
-    #[error("the key's claim is held by an uncommitted transaction; gave up after {waited:?}")]
-    LockWaitExpired {
-        /// The bound that passed.
-        waited: Duration,
-    },
-    /// No connection came within the request's bound (`store-wait`, or the
-    /// caller's deadline when sooner): the pool was busy or the database
-    /// slow. Nothing reached the database.
-    #[error("no database connection within {waited:?}")]
-    NoConnection {
-        /// The bound that passed.
-        waited: Duration,
-    },
-    /// The database is known to be unreachable and the request was refused
-    /// without waiting. Nothing reached the database.
-    #[error("the database has been unreachable for {down_for:?}")]
-    Down {
-        /// How long the outage has lasted so far.
-        down_for: Duration,
-    },
-    /// A stored value is not one this version wrote.
-    #[error("key store holds an unexpected {what}: {value:?}")]
-    Corrupt {
-        /// Which column.
-        what: &'static str,
-        /// The value found.
-        value: String,
-    },
-}
-
-impl StoreError {
-    /// A transaction aborted by the database to keep transactions
-    /// serializable (SQLSTATE `40001`: PostgreSQL's serialization failure,
-    /// MySQL's deadlock, a Galera certification conflict at `COMMIT`).
-    /// Nothing of it was written, and the transaction it lost to has
-    /// committed: the retry may come at once.
-    pub fn is_serialization_failure(&self) -> bool {
-        matches!(self, StoreError::Database(sqlx::Error::Database(db))
-            if db.code().as_deref() == Some("40001"))
-    }
-}
-
-impl From<sqlx::Error> for StoreError {
-    fn from(error: sqlx::Error) -> Self {
-        // A read-only answer tells a store with a host list that its
-        // primary moved.
-        super::store::note_error(&error);
-        StoreError::Database(error)
-    }
-}
 
 /// A configuration that cannot be built.
 #[derive(Debug, thiserror::Error)]

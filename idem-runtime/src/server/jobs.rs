@@ -9,8 +9,8 @@ use tokio::task::JoinHandle;
 
 use super::clock::{ms, now_ms};
 use super::engine::Idempotency;
-use super::error::StoreError;
 use super::phased::RunEnd;
+use super::store::StoreError;
 use super::store::{Backend, ExhaustedRecord, KeyState, ReapedRecord, Replication, WatchedCounts};
 use crate::metric;
 
@@ -75,7 +75,7 @@ impl<DB: Backend> Idempotency<DB> {
         let candidates = {
             let mut conn = self.store().pool().begin().await?;
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            DB::abandoned(&mut conn, cutoff, now, limit).await?
+            DB::abandoned(&mut conn, self.store().settings(), cutoff, now, limit).await?
         };
         let mut report = CompleterReport {
             found: candidates.len(),
@@ -128,7 +128,14 @@ impl<DB: Backend> Idempotency<DB> {
         loop {
             let batch_started = std::time::Instant::now();
             let mut tx = self.store().pool().begin().await?;
-            let deleted = DB::reap(&mut tx, from, cutoff, DB::REAP_BATCH).await?;
+            let deleted = DB::reap(
+                &mut tx,
+                self.store().settings(),
+                from,
+                cutoff,
+                DB::REAP_BATCH,
+            )
+            .await?;
             tx.commit().await?;
             from = deleted.iter().map(|r| r.created_at).max().unwrap_or(from);
             let full = deleted.len() >= usize::try_from(DB::REAP_BATCH).unwrap_or(usize::MAX);
@@ -160,7 +167,7 @@ impl<DB: Backend> Idempotency<DB> {
     /// minute or so, not per request.)
     pub async fn count_exhausted(&self) -> Result<u64, StoreError> {
         let mut conn = self.store().pool().begin().await?;
-        let count = DB::count_exhausted(&mut conn).await?;
+        let count = DB::count_exhausted(&mut conn, self.store().settings()).await?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
@@ -173,7 +180,7 @@ impl<DB: Backend> Idempotency<DB> {
         let now = now_ms();
         let cutoff = now.saturating_sub(ms(self.horizons().0));
         let mut conn = self.store().pool().begin().await?;
-        let counts = DB::count_watched(&mut conn, cutoff, now).await?;
+        let counts = DB::count_watched(&mut conn, self.store().settings(), cutoff, now).await?;
         for (state, count) in [
             ("in_flight", counts.in_flight),
             ("exhausted", counts.exhausted),
@@ -193,7 +200,7 @@ impl<DB: Backend> Idempotency<DB> {
     /// SQLite.
     pub async fn check_replication(&self) -> Result<Option<Replication>, StoreError> {
         let mut conn = self.store().pool().begin().await?;
-        let replication = DB::replication(&mut conn).await?;
+        let replication = DB::replication(&mut conn, self.store().settings()).await?;
         conn.commit().await?;
         let at_risk = replication.as_ref().map_or(0, |r| r.at_risk().len());
         #[allow(clippy::cast_precision_loss, reason = "a gauge is an f64")]
@@ -219,7 +226,12 @@ impl<DB: Backend> Idempotency<DB> {
     /// settles, each with the recovery point its effects stop at.
     pub async fn exhausted(&self, limit: usize) -> Result<Vec<ExhaustedRecord>, StoreError> {
         let mut conn = self.store().pool().begin().await?;
-        DB::exhausted(&mut conn, i64::try_from(limit).unwrap_or(i64::MAX)).await
+        DB::exhausted(
+            &mut conn,
+            self.store().settings(),
+            i64::try_from(limit).unwrap_or(i64::MAX),
+        )
+        .await
     }
 
     /// Runs the completer and the reaper every `every` until the handle is

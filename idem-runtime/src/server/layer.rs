@@ -19,8 +19,8 @@ use super::engine::{Idempotency, Prepared, is_unsafe};
 use super::error::{IdempotencyError, layer_missing};
 use super::gate::Turn;
 use super::key::IdempotencyKey;
+use super::outcome::is_rejection;
 use super::outcome::{Outcome, after_claim, marked, observed};
-use super::response::is_rejection;
 use super::store::{Backend, BoxFuture};
 use super::support::Inbound;
 

@@ -17,7 +17,6 @@ use sha2::{Digest, Sha256};
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use super::response::is_rejection;
 use crate::metric;
 
 /// What became of one request on a keyed or generated route: the
@@ -264,6 +263,17 @@ pub fn scope_digest(scope: &str) -> String {
         .take(8)
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// The response extension that marks a refusal the protocol does not
+/// record ([`Reject`](super::Reject), [`Unavailable`](super::Unavailable),
+/// [`Fault`](super::Fault)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Unrecorded;
+
+/// Whether `response` came from a [`Reject`](super::Reject) and must not be recorded.
+pub fn is_rejection(response: &Response) -> bool {
+    response.extensions().get::<Unrecorded>().is_some()
 }
 
 #[cfg(test)]

@@ -32,10 +32,12 @@ use sqlx::Transaction;
 use super::clock::now_ms;
 use super::config::FailureReplay;
 use super::engine::Idempotency;
-use super::error::{IdempotencyError, StoreError};
+use super::error::IdempotencyError;
 use super::key::provider_key;
 use super::outcome::{Outcome, after_claim, marked, observed};
-use super::response::{Reply, StoredResponse};
+use super::response::Reply;
+use super::store::StoreError;
+use super::store::StoredResponse;
 use super::store::{Backend, BoxFuture, KeyRecord, Rescheduled, StepRecord, StepStatus};
 
 /// How one run of a phased request ended: the completer's outcomes.
@@ -345,7 +347,17 @@ impl<DB: Backend> Run<DB> {
             source,
         })?;
         let now = now_ms();
-        if !DB::advance(&mut tx, &self.scope, &self.key, self.generation, step, now).await? {
+        if !DB::advance(
+            &mut tx,
+            self.idem.store().settings(),
+            &self.scope,
+            &self.key,
+            self.generation,
+            step,
+            now,
+        )
+        .await?
+        {
             return Err(StepError::LockLost);
         }
         let record = StepRecord {
@@ -354,7 +366,15 @@ impl<DB: Backend> Run<DB> {
             derived_key,
             output: Some(output),
         };
-        DB::record_step(&mut tx, &self.scope, &self.key, &record, now).await?;
+        DB::record_step(
+            &mut tx,
+            self.idem.store().settings(),
+            &self.scope,
+            &self.key,
+            &record,
+            now,
+        )
+        .await?;
         tx.commit().await?;
         self.begun = true;
         self.recovery_point = step.to_owned();
@@ -422,6 +442,7 @@ impl<DB: Backend> Run<DB> {
             let point = format!("{step}:intent");
             if !DB::advance(
                 &mut tx,
+                self.idem.store().settings(),
                 &self.scope,
                 &self.key,
                 self.generation,
@@ -438,7 +459,15 @@ impl<DB: Backend> Run<DB> {
                 derived_key: Some(derived_key.clone()),
                 output: None,
             };
-            DB::record_step(&mut tx, &self.scope, &self.key, &record, now).await?;
+            DB::record_step(
+                &mut tx,
+                self.idem.store().settings(),
+                &self.scope,
+                &self.key,
+                &record,
+                now,
+            )
+            .await?;
             tx.commit().await?;
             self.begun = true;
             self.steps.insert(step.to_owned(), record);
@@ -573,7 +602,7 @@ impl<DB: Backend> Idempotency<DB> {
                 return self.exhaust(&mut run, &operation).await;
             }
             let steps = match run.pending.as_mut() {
-                Some(tx) => DB::load_steps(tx, &run.scope, &run.key).await,
+                Some(tx) => DB::load_steps(tx, self.store().settings(), &run.scope, &run.key).await,
                 None => Ok(Vec::new()),
             };
             match steps {
@@ -643,6 +672,7 @@ impl<DB: Backend> Idempotency<DB> {
             let mut tx = run.begin().await?;
             if !DB::complete(
                 &mut tx,
+                self.store().settings(),
                 &run.scope,
                 &run.key,
                 run.generation,
@@ -705,6 +735,7 @@ impl<DB: Backend> Idempotency<DB> {
             let mut tx = run.begin().await?;
             let outcome = DB::reschedule(
                 &mut tx,
+                self.store().settings(),
                 &run.scope,
                 &run.key,
                 run.generation,
@@ -761,7 +792,14 @@ impl<DB: Backend> Idempotency<DB> {
     ) -> (Response, RunEnd) {
         let outcome: Result<bool, StoreError> = async {
             let mut tx = run.begin().await?;
-            let done = DB::exhaust(&mut tx, &run.scope, &run.key, run.generation).await?;
+            let done = DB::exhaust(
+                &mut tx,
+                self.store().settings(),
+                &run.scope,
+                &run.key,
+                run.generation,
+            )
+            .await?;
             tx.commit().await?;
             Ok(done)
         }
@@ -807,7 +845,14 @@ impl<DB: Backend> Idempotency<DB> {
         }
         let released: Result<(), StoreError> = async {
             let mut tx = self.store().pool().begin().await?;
-            DB::release(&mut tx, &run.scope, &run.key, run.generation).await?;
+            DB::release(
+                &mut tx,
+                self.store().settings(),
+                &run.scope,
+                &run.key,
+                run.generation,
+            )
+            .await?;
             tx.commit().await?;
             Ok(())
         }
@@ -829,7 +874,7 @@ impl<DB: Backend> Idempotency<DB> {
         // the record may be taken over.
         let name = {
             let mut tx = self.store().pool().begin().await?;
-            match DB::load(&mut tx, scope, key).await? {
+            match DB::load(&mut tx, self.store().settings(), scope, key).await? {
                 Some(KeyRecord {
                     operation: Some(name),
                     ..
@@ -844,11 +889,12 @@ impl<DB: Backend> Idempotency<DB> {
         let now = now_ms();
         let cutoff = now.saturating_sub(super::clock::ms(owner.policy().lock_timeout));
         let mut tx = owner.store().pool().begin().await?;
-        let Some((generation, attempts)) = DB::take_over(&mut tx, scope, key, cutoff, now).await?
+        let Some((generation, attempts)) =
+            DB::take_over(&mut tx, owner.store().settings(), scope, key, cutoff, now).await?
         else {
             return Ok(None);
         };
-        let Some(record) = DB::load(&mut tx, scope, key).await? else {
+        let Some(record) = DB::load(&mut tx, owner.store().settings(), scope, key).await? else {
             return Ok(None);
         };
         let Some(request) = record.request.clone() else {

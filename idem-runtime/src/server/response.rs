@@ -5,22 +5,10 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 
-use super::error::StoreError;
+use super::store::StoredResponse;
 
 /// Header set on every replayed response.
 pub const IDEMPOTENT_REPLAYED: &str = crate::protocol::IDEMPOTENT_REPLAYED;
-
-/// A response as stored with its key: status, the allow-listed headers and
-/// the exact body bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredResponse {
-    /// HTTP status code.
-    pub status: u16,
-    /// Allow-listed headers, lowercase names, in response order.
-    pub headers: Vec<(String, String)>,
-    /// Body bytes.
-    pub body: Bytes,
-}
 
 impl StoredResponse {
     /// Keeps the headers named in `allow` (never `Set-Cookie`).
@@ -48,38 +36,6 @@ impl StoredResponse {
             headers: kept,
             body,
         }
-    }
-
-    pub(crate) fn from_columns(
-        status: i64,
-        headers: Option<&str>,
-        body: Vec<u8>,
-    ) -> Result<Self, StoreError> {
-        let status = u16::try_from(status).map_err(|_| StoreError::Corrupt {
-            what: "response status",
-            value: status.to_string(),
-        })?;
-        let headers: Vec<(String, String)> = match headers {
-            Some(text) => serde_json::from_str(text).map_err(|_| StoreError::Corrupt {
-                what: "response headers",
-                value: text.to_owned(),
-            })?,
-            None => Vec::new(),
-        };
-        Ok(StoredResponse {
-            status,
-            headers,
-            body: Bytes::from(body),
-        })
-    }
-
-    /// The kept headers as the `response_headers` column holds them; none
-    /// is `NULL`, which reads back as none.
-    pub(crate) fn headers_json(&self) -> Option<String> {
-        if self.headers.is_empty() {
-            return None;
-        }
-        Some(serde_json::to_string(&self.headers).unwrap_or_else(|_| "[]".to_owned()))
     }
 
     /// The response as first sent (no replay marker).
@@ -189,7 +145,7 @@ impl IntoResponse for Reply {
         *response.status_mut() = self.status;
         *response.headers_mut() = self.headers;
         if self.unrecorded {
-            response.extensions_mut().insert(Unrecorded);
+            response.extensions_mut().insert(super::outcome::Unrecorded);
         }
         response
     }
@@ -217,14 +173,10 @@ impl IntoResponse for Reply {
 #[derive(Debug, Clone)]
 pub struct Reject<R>(pub R);
 
-/// The response extension that marks a [`Reject`].
-#[derive(Debug, Clone, Copy)]
-struct Unrecorded;
-
 impl<R: IntoResponse> IntoResponse for Reject<R> {
     fn into_response(self) -> Response {
         let mut response = self.0.into_response();
-        response.extensions_mut().insert(Unrecorded);
+        response.extensions_mut().insert(super::outcome::Unrecorded);
         response
     }
 }
@@ -329,12 +281,7 @@ impl IntoResponse for Fault {
             true,
             Some(retry_after),
         );
-        response.extensions_mut().insert(Unrecorded);
+        response.extensions_mut().insert(super::outcome::Unrecorded);
         super::outcome::marked(response, super::outcome::Outcome::StoreUnavailable)
     }
-}
-
-/// Whether `response` came from a [`Reject`] and must not be recorded.
-pub fn is_rejection(response: &Response) -> bool {
-    response.extensions().get::<Unrecorded>().is_some()
 }

@@ -17,8 +17,9 @@ use http::{HeaderValue, StatusCode, header};
 
 use super::clock::{ms, now_ms};
 use super::engine::Idempotency;
-use super::error::{IdempotencyError, StoreError};
+use super::error::IdempotencyError;
 use super::key::{encode_path_key, read_path_key};
+use super::store::StoreError;
 use super::store::{Backend, KeyState};
 
 /// How long a client is asked to wait before polling again.
@@ -124,7 +125,7 @@ impl<DB: Backend> Idempotency<DB> {
             .begin()
             .await
             .map_err(|e| self.store_error(e.into()))?;
-        let record = DB::load(&mut conn, &scope, &key)
+        let record = DB::load(&mut conn, self.store().settings(), &scope, &key)
             .await
             .map_err(|e| self.store_error(e))?;
         drop(conn);

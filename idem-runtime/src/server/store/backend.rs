@@ -5,16 +5,19 @@ use std::time::Duration;
 
 use sqlx::Pool;
 
-use crate::server::error::StoreError;
-use crate::server::response::StoredResponse;
-
+use super::error::StoreError;
+use super::postgres::replication::Replication;
 use super::records::*;
+use super::settings::StoreSettings;
 
 /// A database engine the key store runs on.
 ///
-/// Implemented for [`Sqlite`](sqlx::Sqlite) and [`Postgres`](sqlx::Postgres). Every method runs on a
-/// connection the caller provides — usually the transaction that also carries
-/// the business effect — so the key's state changes commit with it.
+/// Implemented for [`Sqlite`](sqlx::Sqlite), [`Postgres`](sqlx::Postgres)
+/// and [`MySql`](sqlx::MySql). Every method runs on a connection the caller
+/// provides (usually the transaction that also carries the business
+/// effect), so the key's state changes commit with it, and takes the
+/// [`StoreSettings`] of the store the connection came from
+/// ([`Store::settings`](crate::server::Store::settings)).
 pub trait Backend: sqlx::Database + Sized {
     /// The longest scope and key, in bytes, the engine's key columns hold,
     /// when narrower than [`MAX_INDEXED_BYTES`](crate::server::MAX_INDEXED_BYTES)
@@ -29,7 +32,10 @@ pub trait Backend: sqlx::Database + Sized {
     const REAP_BATCH: i64 = 1_000;
 
     /// Creates or upgrades the schema; safe to call from several processes at once.
-    fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>>;
+    fn migrate<'a>(
+        pool: &'a Pool<Self>,
+        settings: &'a StoreSettings,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// The claim: one `INSERT … ON CONFLICT (scope, idem_key) DO NOTHING RETURNING`.
     /// `Some(generation)` means this caller won.
@@ -44,21 +50,25 @@ pub trait Backend: sqlx::Database + Sized {
     /// other way (re-claimed, taken over) goes to a handler. (SQLite never
     /// waits here: its one writer connection is held by whoever claimed.)
     ///
-    /// `session` is the `lock_timeout` every connection of the pool already
-    /// runs with ([`Store::connect_postgres_bounded`](crate::server::Store::connect_postgres_bounded)). When it is `wait`, to
-    /// the setting's millisecond, the claim is the plain insert and sets
+    /// When every connection of the pool already runs with `wait` as its
+    /// `lock_timeout` ([`StoreSettings::session_lock_wait`], set by
+    /// [`Store::connect_postgres_bounded`](crate::server::Store::connect_postgres_bounded)),
+    /// to the setting's millisecond, the claim is the plain insert and sets
     /// nothing.
     fn claim<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         claim: &'a NewClaim<'a>,
         wait: Duration,
-        session: Option<Duration>,
     ) -> BoxFuture<'a, Result<Option<i64>, StoreError>>;
 
     /// Puts back the lock wait the transaction had before a lost
     /// [`Backend::claim`] bounded it (a no-op where nothing was bounded, and
     /// on SQLite).
-    fn lift_claim_bound(conn: &mut Self::Connection) -> BoxFuture<'_, Result<(), StoreError>>;
+    fn lift_claim_bound<'a>(
+        conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// The claim at commit ([`ClaimAt::Commit`](crate::server::ClaimAt::Commit)):
     /// inserts the key row complete, with `response`, as the last statement
@@ -70,15 +80,15 @@ pub trait Backend: sqlx::Database + Sized {
     /// insert waits for it to end; on PostgreSQL `wait` bounds that wait,
     /// after which the claim fails with [`StoreError::LockWaitExpired`] and
     /// the transaction is aborted. The bound is set by the statement itself
-    /// (unless `session` already is `wait`, as in [`Backend::claim`]) and
+    /// (unless the session's already is `wait`, as in [`Backend::claim`]) and
     /// stays for the rest of the transaction, which only commits, reads the
     /// record or rolls back.
     fn claim_complete<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         claim: &'a NewClaim<'a>,
         response: &'a StoredResponse,
         wait: Duration,
-        session: Option<Duration>,
     ) -> BoxFuture<'a, Result<Option<i64>, StoreError>>;
 
     /// Deletes a complete record claimed before `created_before` and its
@@ -86,6 +96,7 @@ pub trait Backend: sqlx::Database + Sized {
     /// window a key names a new request. `true` when it was deleted.
     fn delete_expired<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         created_before: i64,
@@ -95,6 +106,7 @@ pub trait Backend: sqlx::Database + Sized {
     /// `UPDATE`; a complete record, or an in-flight one whose lock is stale.
     fn reclaim_expired<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         claim: &'a NewClaim<'a>,
         created_before: i64,
         locked_before: i64,
@@ -103,6 +115,7 @@ pub trait Backend: sqlx::Database + Sized {
     /// Reads one record.
     fn load<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<KeyRecord>, StoreError>>;
@@ -113,6 +126,7 @@ pub trait Backend: sqlx::Database + Sized {
     /// generation and the runs so far, this one included.
     fn take_over<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         locked_before: i64,
@@ -124,8 +138,13 @@ pub trait Backend: sqlx::Database + Sized {
     /// had `max_attempts` runs or `next_at` is past `give_up_after_ms` from
     /// its claim, moves it to [`KeyState::Exhausted`]. One conditional
     /// `UPDATE`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the record's key, its fencing generation and the schedule, each a value of the one UPDATE"
+    )]
     fn reschedule<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         generation: i64,
@@ -138,39 +157,47 @@ pub trait Backend: sqlx::Database + Sized {
     /// found it past its bound).
     fn exhaust<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         generation: i64,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     /// How many records are [`KeyState::Exhausted`].
-    fn count_exhausted(conn: &mut Self::Connection) -> BoxFuture<'_, Result<i64, StoreError>>;
+    fn count_exhausted<'a>(
+        conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
+    ) -> BoxFuture<'a, Result<i64, StoreError>>;
 
     /// How many records are in flight, exhausted, and stale (in flight with
     /// a lock older than `lock_cutoff` and a next run due at `now`).
-    fn count_watched(
-        conn: &mut Self::Connection,
+    fn count_watched<'a>(
+        conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         lock_cutoff: i64,
         now: i64,
-    ) -> BoxFuture<'_, Result<WatchedCounts, StoreError>>;
+    ) -> BoxFuture<'a, Result<WatchedCounts, StoreError>>;
 
     /// Whether the primary replicates to standbys, and how
-    /// ([`Replication`](super::Replication)); `None` where the engine has no
+    /// ([`Replication`]); `None` where the engine has no
     /// such thing (SQLite).
-    fn replication(
-        conn: &mut Self::Connection,
-    ) -> BoxFuture<'_, Result<Option<super::Replication>, StoreError>>;
+    fn replication<'a>(
+        conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
+    ) -> BoxFuture<'a, Result<Option<Replication>, StoreError>>;
 
     /// Up to `limit` exhausted records, oldest first.
-    fn exhausted(
-        conn: &mut Self::Connection,
+    fn exhausted<'a>(
+        conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         limit: i64,
-    ) -> BoxFuture<'_, Result<Vec<ExhaustedRecord>, StoreError>>;
+    ) -> BoxFuture<'a, Result<Vec<ExhaustedRecord>, StoreError>>;
 
     /// Moves the record to its recovery point and refreshes the lock, if
     /// `generation` still holds it.
     fn advance<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         generation: i64,
@@ -181,6 +208,7 @@ pub trait Backend: sqlx::Database + Sized {
     /// Lets go of the lock so a retry can take over at once.
     fn release<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         generation: i64,
@@ -190,6 +218,7 @@ pub trait Backend: sqlx::Database + Sized {
     /// still holds the lock.
     fn complete<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         generation: i64,
@@ -200,6 +229,7 @@ pub trait Backend: sqlx::Database + Sized {
     /// Reads the steps of a phased operation.
     fn load_steps<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
     ) -> BoxFuture<'a, Result<Vec<StepRecord>, StoreError>>;
@@ -207,6 +237,7 @@ pub trait Backend: sqlx::Database + Sized {
     /// Writes (or overwrites) one step.
     fn record_step<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         step: &'a StepRecord,
@@ -216,6 +247,7 @@ pub trait Backend: sqlx::Database + Sized {
     /// Deletes the steps of one key (a reclaimed key starts over).
     fn delete_steps<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
@@ -224,6 +256,7 @@ pub trait Backend: sqlx::Database + Sized {
     /// `locked_before` and whose next run is due at `now`.
     fn abandoned<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         locked_before: i64,
         now: i64,
         limit: i64,
@@ -238,6 +271,7 @@ pub trait Backend: sqlx::Database + Sized {
     /// a claim.
     fn reap<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         from: i64,
         created_before: i64,
         limit: i64,

@@ -1,16 +1,10 @@
 //! Reading the key store for an operator (`idem keys`), and the one change
 //! it makes when asked: an exhausted record made due again.
 
-use sqlx::postgres::Postgres;
-use sqlx::{Pool, Sqlite};
-
-use crate::server::error::StoreError;
-
 use super::backend::Backend;
-use super::postgres::POSTGRES_SCHEMA_VERSION;
+use super::error::StoreError;
+use super::handle::Store;
 use super::records::{BoxFuture, KeyRecord, KeyState, StepRecord, StepStatus};
-use super::sql::record_from_row;
-use super::sqlite::SQLITE_SCHEMA_VERSION;
 
 /// One record, whole: the key row and its phase steps.
 #[derive(Debug, Clone)]
@@ -64,54 +58,43 @@ pub enum Schema {
 /// The operator's queries, on each engine idem supports.
 pub trait Inspect: Backend {
     /// Which schema version the database holds.
-    fn schema(pool: &Pool<Self>) -> BoxFuture<'_, Result<Schema, StoreError>>;
+    fn schema(store: &Store<Self>) -> BoxFuture<'_, Result<Schema, StoreError>>;
 
     /// The record of `key` under `scope`, with its steps.
     fn inspect<'a>(
-        pool: &'a Pool<Self>,
+        store: &'a Store<Self>,
         scope: &'a str,
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<Inspected>, StoreError>>;
 
     /// Every scope that holds `key` (at most `limit`).
     fn scopes_holding<'a>(
-        pool: &'a Pool<Self>,
+        store: &'a Store<Self>,
         key: &'a str,
         limit: i64,
     ) -> BoxFuture<'a, Result<Vec<String>, StoreError>>;
 
     /// The records `filter` selects, oldest first, without their bodies.
     fn list<'a>(
-        pool: &'a Pool<Self>,
+        store: &'a Store<Self>,
         filter: &'a ListFilter,
     ) -> BoxFuture<'a, Result<Vec<KeyRecord>, StoreError>>;
 
     /// Counts by state and operation, the oldest in-flight record, and what
     /// a reaper pass with cutoff `reap_before` (ms since epoch) deletes.
-    fn stats(pool: &Pool<Self>, reap_before: i64) -> BoxFuture<'_, Result<KeyStats, StoreError>>;
+    fn stats(store: &Store<Self>, reap_before: i64) -> BoxFuture<'_, Result<KeyStats, StoreError>>;
 
     /// Makes the exhausted phased record of `key` due again at `now`: back
     /// in flight, unlocked, its attempts and age counted afresh from `now`.
     /// Its finished steps stay finished. `false` when no exhausted phased
     /// record of that key exists.
     fn resume<'a>(
-        pool: &'a Pool<Self>,
+        store: &'a Store<Self>,
         scope: &'a str,
         key: &'a str,
         now: i64,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
 }
-
-const COLUMNS: &str = "scope, idem_key, fingerprint, state, operation, request_method, \
-     request_path, request_body, recovery_point, lock_generation, locked_at, response_status, \
-     response_headers, response_body, created_at, completed_at, attempts, next_attempt_at, \
-     resumed_at";
-
-// The list leaves the bodies out: a page of records stays small.
-const LIST_COLUMNS: &str = "scope, idem_key, fingerprint, state, operation, request_method, \
-     request_path, NULL AS request_body, recovery_point, lock_generation, locked_at, \
-     response_status, NULL AS response_headers, NULL AS response_body, created_at, completed_at, \
-     attempts, next_attempt_at, resumed_at";
 
 /// The list statement for `filter`, with only the conditions it sets, so
 /// each combination is planned for what it asks: records oldest first
@@ -180,27 +163,8 @@ where
     query
 }
 
-const STEP_ORDER: &str =
-    "SELECT step, updated_at FROM idem_steps WHERE scope = $1 AND idem_key = $2";
-
-const SCOPES_HOLDING: &str =
-    "SELECT scope FROM idem_keys WHERE idem_key = $1 ORDER BY created_at LIMIT $2";
-
 pub(super) const BY_STATE: &str = "SELECT state, operation, COUNT(*) FROM idem_keys \
      GROUP BY state, operation ORDER BY state, operation";
-
-const REAPABLE: &str = "SELECT state, COUNT(*) FROM idem_keys WHERE created_at < $1 \
-     GROUP BY state ORDER BY state";
-
-const RESUME: &str = "UPDATE idem_keys SET state = 'in_flight', locked_at = NULL, \
-     next_attempt_at = $3, attempts = 0, resumed_at = $3 \
-     WHERE scope = $1 AND idem_key = $2 AND state = 'exhausted' AND request_method IS NOT NULL";
-
-const SQLITE_HAS_TABLES: &str = "SELECT COUNT(*) FROM sqlite_master \
-     WHERE type = 'table' AND name IN ('idem_keys', 'idem_schema_migrations')";
-const POSTGRES_HAS_TABLES: &str = "SELECT COUNT(*) FROM pg_catalog.pg_tables \
-     WHERE schemaname = ANY (current_schemas(false)) \
-       AND tablename IN ('idem_keys', 'idem_schema_migrations')";
 
 /// Puts `steps` in the order they were last written (`order`: each step's
 /// `updated_at`). A step's intent is written after the steps before it are
@@ -238,173 +202,3 @@ pub(super) fn key_stats(
             .collect::<Result<_, StoreError>>()?,
     })
 }
-
-macro_rules! impl_inspect {
-    ($db:ty, $has_tables:expr, $known:expr, $named:expr, $snapshot:expr) => {
-        impl Inspect for $db {
-            fn schema(pool: &Pool<Self>) -> BoxFuture<'_, Result<Schema, StoreError>> {
-                Box::pin(async move {
-                    // One transaction per read: behind a transaction pooler,
-                    // an unnamed statement is only safe inside one.
-                    let mut tx = pool.begin().await?;
-                    let tables: i64 = sqlx::query_scalar($has_tables)
-                        .persistent($named)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    if tables < 2 {
-                        return Ok(Schema::Missing);
-                    }
-                    let found: Option<i64> =
-                        sqlx::query_scalar("SELECT MAX(version) FROM idem_schema_migrations")
-                            .persistent($named)
-                            .fetch_one(&mut *tx)
-                            .await?;
-                    Ok(Schema::Version {
-                        found: found.unwrap_or(0),
-                        known: $known,
-                    })
-                })
-            }
-
-            fn inspect<'a>(
-                pool: &'a Pool<Self>,
-                scope: &'a str,
-                key: &'a str,
-            ) -> BoxFuture<'a, Result<Option<Inspected>, StoreError>> {
-                Box::pin(async move {
-                    // One transaction per read: behind a transaction pooler,
-                    // an unnamed statement is only safe inside one. The
-                    // record and its steps are read from one snapshot: a
-                    // step's intent commits with the record's recovery point.
-                    let mut tx = pool.begin().await?;
-                    if let Some(snapshot) = $snapshot {
-                        sqlx::query(snapshot)
-                            .persistent($named)
-                            .execute(&mut *tx)
-                            .await?;
-                    }
-                    let select = format!(
-                        "SELECT {COLUMNS} FROM idem_keys WHERE scope = $1 AND idem_key = $2"
-                    );
-                    let row = sqlx::query(&select)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                    let Some(row) = row else {
-                        return Ok(None);
-                    };
-                    let record = record_from_row(&row)?;
-                    let mut steps = <$db as Backend>::load_steps(&mut tx, scope, key).await?;
-                    let order: Vec<(String, i64)> = sqlx::query_as(STEP_ORDER)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                    order_steps(&mut steps, &order);
-                    Ok(Some(Inspected { record, steps }))
-                })
-            }
-
-            fn scopes_holding<'a>(
-                pool: &'a Pool<Self>,
-                key: &'a str,
-                limit: i64,
-            ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
-                Box::pin(async move {
-                    // One transaction per read: behind a transaction pooler,
-                    // an unnamed statement is only safe inside one.
-                    let mut tx = pool.begin().await?;
-                    Ok(sqlx::query_scalar(SCOPES_HOLDING)
-                        .persistent($named)
-                        .bind(key)
-                        .bind(limit)
-                        .fetch_all(&mut *tx)
-                        .await?)
-                })
-            }
-
-            fn list<'a>(
-                pool: &'a Pool<Self>,
-                filter: &'a ListFilter,
-            ) -> BoxFuture<'a, Result<Vec<KeyRecord>, StoreError>> {
-                Box::pin(async move {
-                    // One transaction per read: behind a transaction pooler,
-                    // an unnamed statement is only safe inside one.
-                    let mut tx = pool.begin().await?;
-                    let sql = list_statement(LIST_COLUMNS, filter, |n| format!("${n}"));
-                    let rows = bind_list(sqlx::query(&sql).persistent($named), filter)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                    rows.iter().map(record_from_row).collect()
-                })
-            }
-
-            fn stats(
-                pool: &Pool<Self>,
-                reap_before: i64,
-            ) -> BoxFuture<'_, Result<KeyStats, StoreError>> {
-                Box::pin(async move {
-                    // One transaction per read: behind a transaction pooler,
-                    // an unnamed statement is only safe inside one.
-                    let mut tx = pool.begin().await?;
-                    let by_state: Vec<(String, Option<String>, i64)> = sqlx::query_as(BY_STATE)
-                        .persistent($named)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                    tx.commit().await?;
-                    let oldest_in_flight = Self::list(pool, &OLDEST_IN_FLIGHT)
-                        .await?
-                        .into_iter()
-                        .next();
-                    let mut tx = pool.begin().await?;
-                    let reapable: Vec<(String, i64)> = sqlx::query_as(REAPABLE)
-                        .persistent($named)
-                        .bind(reap_before)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                    key_stats(by_state, oldest_in_flight, reapable)
-                })
-            }
-
-            fn resume<'a>(
-                pool: &'a Pool<Self>,
-                scope: &'a str,
-                key: &'a str,
-                now: i64,
-            ) -> BoxFuture<'a, Result<bool, StoreError>> {
-                Box::pin(async move {
-                    // One transaction per read: behind a transaction pooler,
-                    // an unnamed statement is only safe inside one.
-                    let mut tx = pool.begin().await?;
-                    let done = sqlx::query(RESUME)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await?;
-                    tx.commit().await?;
-                    Ok(done.rows_affected() == 1)
-                })
-            }
-        }
-    };
-}
-
-impl_inspect!(
-    Sqlite,
-    SQLITE_HAS_TABLES,
-    SQLITE_SCHEMA_VERSION,
-    true,
-    None::<&'static str>
-);
-impl_inspect!(
-    Postgres,
-    POSTGRES_HAS_TABLES,
-    POSTGRES_SCHEMA_VERSION,
-    super::named_statements(),
-    Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-);

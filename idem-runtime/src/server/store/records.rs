@@ -4,8 +4,9 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::server::error::StoreError;
-use crate::server::response::StoredResponse;
+use bytes::Bytes;
+
+use super::error::StoreError;
 
 /// A boxed, sendable future, as the backend trait returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -202,4 +203,50 @@ pub struct WatchedCounts {
     /// In flight, their lock older than `lock-timeout` and their next run
     /// due: what the completer should have taken.
     pub stale: i64,
+}
+
+/// A response as stored with its key: status, the allow-listed headers and
+/// the exact body bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// HTTP status code.
+    pub status: u16,
+    /// Allow-listed headers, lowercase names, in response order.
+    pub headers: Vec<(String, String)>,
+    /// Body bytes.
+    pub body: Bytes,
+}
+
+impl StoredResponse {
+    pub(crate) fn from_columns(
+        status: i64,
+        headers: Option<&str>,
+        body: Vec<u8>,
+    ) -> Result<Self, StoreError> {
+        let status = u16::try_from(status).map_err(|_| StoreError::Corrupt {
+            what: "response status",
+            value: status.to_string(),
+        })?;
+        let headers: Vec<(String, String)> = match headers {
+            Some(text) => serde_json::from_str(text).map_err(|_| StoreError::Corrupt {
+                what: "response headers",
+                value: text.to_owned(),
+            })?,
+            None => Vec::new(),
+        };
+        Ok(StoredResponse {
+            status,
+            headers,
+            body: Bytes::from(body),
+        })
+    }
+
+    /// The kept headers as the `response_headers` column holds them; none
+    /// is `NULL`, which reads back as none.
+    pub(crate) fn headers_json(&self) -> Option<String> {
+        if self.headers.is_empty() {
+            return None;
+        }
+        Some(serde_json::to_string(&self.headers).unwrap_or_else(|_| "[]".to_owned()))
+    }
 }

@@ -1,15 +1,13 @@
 //! The statements SQLite and PostgreSQL share, written once in the dialect
-//! both accept, and the `Backend` implementation they instantiate on
-//! their concrete sqlx types (`sqlite.rs`, `postgres.rs`: each engine's
-//! migrations, lock and quirks).
+//! both accept (`$N` placeholders, `INSERT … ON CONFLICT`, `RETURNING`),
+//! and the reading of the rows every engine returns. `shared.rs` runs them
+//! on either engine.
 
 use std::time::Duration;
 
 use sqlx::Row;
 
-use crate::server::error::StoreError;
-use crate::server::response::StoredResponse;
-
+use super::error::StoreError;
 use super::records::*;
 
 pub(super) const SELECT_RECORD: &str = "SELECT scope, idem_key, fingerprint, state, operation, request_method, \
@@ -33,6 +31,7 @@ macro_rules! claim_single {
         )
     };
 }
+pub(super) use claim_single;
 macro_rules! claim_phased {
     ($state:expr) => {
         concat!(
@@ -45,6 +44,7 @@ macro_rules! claim_phased {
         )
     };
 }
+pub(super) use claim_phased;
 pub(super) const CLAIM: &str = claim_single!("'in_flight'");
 pub(super) const CLAIM_PHASED: &str = claim_phased!("'in_flight'");
 // The claim at commit: the key row, complete, in the handler's transaction.
@@ -59,6 +59,7 @@ macro_rules! claim_complete {
         )
     };
 }
+pub(super) use claim_complete;
 pub(super) const CLAIM_COMPLETE: &str =
     claim_complete!("VALUES ($1, $2, $3, 'complete', 'finished', 1, $4, $4, $5, $6, $7, $8)");
 pub(super) const DELETE_EXPIRED: &str = "DELETE FROM idem_keys \
@@ -205,45 +206,43 @@ pub(super) const ABANDONED: &str = "SELECT scope, idem_key FROM idem_keys \
        AND (next_attempt_at IS NULL OR next_attempt_at <= $2) \
      ORDER BY created_at LIMIT $3";
 
-// One reaper batch: the `$3` oldest records claimed at or after `$1` and
-// before `$2`, found through the `created_at` index from where the last
-// batch ended (`$1`), so a batch reads what it deletes and never the index
-// entries earlier batches left dead. Their steps go in the same
-// transaction, found by key.
-//
-// SQLite (one writer: the two statements see the same rows) deletes the
-// steps first, then the records.
-pub(super) const REAP_STEPS_SQLITE: &str = "DELETE FROM idem_steps WHERE (scope, idem_key) IN \
-     (SELECT scope, idem_key FROM idem_keys WHERE created_at >= $1 AND created_at < $2 \
-      ORDER BY created_at LIMIT $3)";
-pub(super) const REAP_SQLITE: &str = "DELETE FROM idem_keys WHERE (scope, idem_key) IN \
-     (SELECT scope, idem_key FROM idem_keys WHERE created_at >= $1 AND created_at < $2 \
-      ORDER BY created_at LIMIT $3) \
-     RETURNING scope, idem_key, state, operation, recovery_point, created_at";
-// PostgreSQL skips a record another transaction holds (a claim re-taking an
-// expired key, another process's reaper), so the reaper never waits on a
-// claim, and deletes the steps of what it deleted in the same statement.
-// The steps' key columns have the database's collation, the records' "C":
-// the join compares in the steps' own, so it looks them up by their index.
-pub(super) const REAP_POSTGRES: &str = "WITH gone AS (\
-     DELETE FROM idem_keys WHERE (scope, idem_key) IN \
-       (SELECT scope, idem_key FROM idem_keys WHERE created_at >= $1 AND created_at < $2 \
-        ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
-     RETURNING scope, idem_key, state, operation, recovery_point, created_at), \
-   steps AS (DELETE FROM idem_steps s USING gone \
-     WHERE s.scope = gone.scope COLLATE \"default\" \
-       AND s.idem_key = gone.idem_key COLLATE \"default\") \
-   SELECT scope, idem_key, state, operation, recovery_point, created_at FROM gone";
+pub(super) const MIGRATIONS_APPLIED: &str = "SELECT version FROM idem_schema_migrations";
+
+pub(super) const MIGRATION_RECORD: &str =
+    "INSERT INTO idem_schema_migrations (version, description, applied_at) VALUES ($1, $2, $3)";
 
 pub(super) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
      version BIGINT PRIMARY KEY, description TEXT NOT NULL, applied_at BIGINT NOT NULL)";
 
-/// One embedded migration.
+/// One embedded migration, on any engine.
+#[derive(Debug)]
 pub(super) struct Migration {
     pub(super) version: i64,
     pub(super) description: &'static str,
     pub(super) sql: &'static str,
 }
+
+// What `idem keys` reads. The list leaves the bodies out: a page of
+// records stays small.
+pub(super) const LIST_COLUMNS: &str = "scope, idem_key, fingerprint, state, operation, \
+     request_method, request_path, NULL AS request_body, recovery_point, lock_generation, \
+     locked_at, response_status, NULL AS response_headers, NULL AS response_body, created_at, \
+     completed_at, attempts, next_attempt_at, resumed_at";
+
+pub(super) const STEP_ORDER: &str =
+    "SELECT step, updated_at FROM idem_steps WHERE scope = $1 AND idem_key = $2";
+
+pub(super) const SCOPES_HOLDING: &str =
+    "SELECT scope FROM idem_keys WHERE idem_key = $1 ORDER BY created_at LIMIT $2";
+
+pub(super) const REAPABLE: &str = "SELECT state, COUNT(*) FROM idem_keys WHERE created_at < $1 \
+     GROUP BY state ORDER BY state";
+
+pub(super) const RESUME: &str = "UPDATE idem_keys SET state = 'in_flight', locked_at = NULL, \
+     next_attempt_at = $3, attempts = 0, resumed_at = $3 \
+     WHERE scope = $1 AND idem_key = $2 AND state = 'exhausted' AND request_method IS NOT NULL";
+
+pub(super) const SCHEMA_FOUND: &str = "SELECT MAX(version) FROM idem_schema_migrations";
 
 pub(super) fn record_from_row<R>(row: &R) -> Result<KeyRecord, StoreError>
 where
@@ -358,536 +357,4 @@ where
         recovery_point: row.try_get("recovery_point")?,
         created_at: row.try_get("created_at")?,
     })
-}
-
-pub(super) fn now_for_migrations() -> i64 {
-    crate::server::clock::now_ms()
-}
-
-/// The `Backend` implementation of an engine of the shared dialect.
-macro_rules! impl_backend {
-    ($db:ty, $migrations:expr, $lock:expr, $claims:expr, $complete:expr, $lift:expr, $named:expr, $replication:expr, $reap:expr, $reap_batch:expr) => {
-        impl Backend for $db {
-            const REAP_BATCH: i64 = $reap_batch;
-
-            fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>> {
-                Box::pin(async move {
-                    let mut tx = pool.begin().await?;
-                    sqlx::query(MIGRATIONS_TABLE)
-                        .persistent($named)
-                        .execute(&mut *tx)
-                        .await?;
-                    sqlx::query($lock)
-                        .persistent($named)
-                        .execute(&mut *tx)
-                        .await?;
-                    let applied: Vec<i64> =
-                        sqlx::query_scalar("SELECT version FROM idem_schema_migrations")
-                            .persistent($named)
-                            .fetch_all(&mut *tx)
-                            .await?;
-                    for m in $migrations {
-                        if applied.contains(&m.version) {
-                            continue;
-                        }
-                        sqlx::Executor::execute(&mut *tx, m.sql)
-                            .await
-                            .map_err(|source| StoreError::Migration {
-                                version: m.version,
-                                source,
-                            })?;
-                        sqlx::query(
-                            "INSERT INTO idem_schema_migrations (version, description, applied_at) \
-                             VALUES ($1, $2, $3)",
-                        )
-                        .persistent($named)
-                        .bind(m.version)
-                        .bind(m.description)
-                        .bind(now_for_migrations())
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    tx.commit().await?;
-                    Ok(())
-                })
-            }
-
-            fn claim<'a>(
-                conn: &'a mut Self::Connection,
-                c: &'a NewClaim<'a>,
-                wait: Duration,
-                session: Option<Duration>,
-            ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
-                Box::pin(async move {
-                    let ((plain_single, plain_phased), bounding) = $claims;
-                    let bounded = bounding.filter(|_| !session_bounds(session, wait));
-                    let (single, phased) = bounded.unwrap_or((plain_single, plain_phased));
-                    let statement = if c.request.is_some() {
-                        sqlx::query_as::<_, (i64,)>(phased)
-                            .persistent($named)
-                            .bind(c.scope)
-                            .bind(c.key)
-                            .bind(c.fingerprint)
-                            .bind(c.now)
-                            .bind(c.operation)
-                            .bind(c.request.map(|r| r.method.as_str()))
-                            .bind(c.request.map(|r| r.path.as_str()))
-                            .bind(c.request.map(|r| r.body.as_slice()))
-                    } else {
-                        let bytes = size(c.scope.as_bytes())
-                            + size(c.key.as_bytes())
-                            + size(c.fingerprint.as_bytes())
-                            + size(c.operation.unwrap_or_default().as_bytes())
-                            + INTEGER
-                            + BOUND;
-                        sqlx::query_as_with::<_, (i64,), _>(single, arguments::<$db>(6, bytes))
-                            .persistent($named)
-                            .bind(c.scope)
-                            .bind(c.key)
-                            .bind(c.fingerprint)
-                            .bind(c.now)
-                            .bind(c.operation)
-                    };
-                    let statement = if bounded.is_some() {
-                        statement.bind(lock_timeout_setting(wait))
-                    } else {
-                        statement
-                    };
-                    claimed(statement.fetch_optional(&mut *conn).await, wait)
-                })
-            }
-
-            fn claim_complete<'a>(
-                conn: &'a mut Self::Connection,
-                c: &'a NewClaim<'a>,
-                response: &'a StoredResponse,
-                wait: Duration,
-                session: Option<Duration>,
-            ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
-                Box::pin(async move {
-                    let (plain, bounding) = $complete;
-                    let bounded = bounding.filter(|_| !session_bounds(session, wait));
-                    let statement = bounded.unwrap_or(plain);
-                    let headers = response.headers_json();
-                    let bytes = size(c.scope.as_bytes())
-                        + size(c.key.as_bytes())
-                        + size(c.fingerprint.as_bytes())
-                        + size(headers.as_deref().unwrap_or_default().as_bytes())
-                        + size(&response.body)
-                        + size(c.operation.unwrap_or_default().as_bytes())
-                        + 2 * INTEGER
-                        + BOUND;
-                    let mut query =
-                        sqlx::query_as_with::<_, (i64,), _>(statement, arguments::<$db>(9, bytes))
-                            .persistent($named)
-                            .bind(c.scope)
-                            .bind(c.key)
-                            .bind(c.fingerprint)
-                            .bind(c.now)
-                            .bind(i64::from(response.status))
-                            .bind(headers)
-                            .bind(response.body.as_ref())
-                            .bind(c.operation);
-                    if bounded.is_some() {
-                        query = query.bind(lock_timeout_setting(wait));
-                    }
-                    claimed(query.fetch_optional(&mut *conn).await, wait)
-                })
-            }
-
-            fn delete_expired<'a>(
-                conn: &'a mut Self::Connection,
-                scope: &'a str,
-                key: &'a str,
-                created_before: i64,
-            ) -> BoxFuture<'a, Result<bool, StoreError>> {
-                Box::pin(async move {
-                    let deleted = sqlx::query(DELETE_EXPIRED)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .bind(created_before)
-                        .execute(&mut *conn)
-                        .await?;
-                    if deleted.rows_affected() == 0 {
-                        return Ok(false);
-                    }
-                    sqlx::query(DELETE_STEPS)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok(true)
-                })
-            }
-
-            fn lift_claim_bound(
-                conn: &mut Self::Connection,
-            ) -> BoxFuture<'_, Result<(), StoreError>> {
-                Box::pin(async move {
-                    if let Some(lift) = $lift {
-                        sqlx::query(lift)
-                            .persistent($named)
-                            .execute(&mut *conn)
-                            .await?;
-                    }
-                    Ok(())
-                })
-            }
-
-            fn reclaim_expired<'a>(
-                conn: &'a mut Self::Connection,
-                c: &'a NewClaim<'a>,
-                created_before: i64,
-                locked_before: i64,
-            ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
-                Box::pin(async move {
-                    let generation: Option<i64> = sqlx::query_scalar(RECLAIM_EXPIRED)
-                        .persistent($named)
-                        .bind(c.scope)
-                        .bind(c.key)
-                        .bind(c.fingerprint)
-                        .bind(c.operation)
-                        .bind(c.request.map(|r| r.method.as_str()))
-                        .bind(c.request.map(|r| r.path.as_str()))
-                        .bind(c.request.map(|r| r.body.as_slice()))
-                        .bind(c.now)
-                        .bind(created_before)
-                        .bind(locked_before)
-                        .fetch_optional(&mut *conn)
-                        .await?;
-                    Ok(generation)
-                })
-            }
-
-            fn load<'a>(
-                conn: &'a mut Self::Connection,
-                scope: &'a str,
-                key: &'a str,
-            ) -> BoxFuture<'a, Result<Option<KeyRecord>, StoreError>> {
-                Box::pin(async move {
-                    let row = sqlx::query(SELECT_RECORD)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .fetch_optional(&mut *conn)
-                        .await?;
-                    row.as_ref().map(record_from_row).transpose()
-                })
-            }
-
-            fn take_over<'a>(
-                conn: &'a mut Self::Connection,
-                scope: &'a str,
-                key: &'a str,
-                locked_before: i64,
-                now: i64,
-            ) -> BoxFuture<'a, Result<Option<(i64, i64)>, StoreError>> {
-                Box::pin(async move {
-                    let taken: Option<(i64, i64)> = sqlx::query_as(TAKE_OVER)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .bind(locked_before)
-                        .bind(now)
-                        .fetch_optional(&mut *conn)
-                        .await?;
-                    Ok(taken)
-                })
-            }
-
-            fn reschedule<'a>(
-                conn: &'a mut Self::Connection,
-                scope: &'a str,
-                key: &'a str,
-                generation: i64,
-                next_at: i64,
-                max_attempts: i64,
-                give_up_after_ms: i64,
-            ) -> BoxFuture<'a, Result<Option<Rescheduled>, StoreError>> {
-                Box::pin(async move {
-                    let row: Option<(String, i64)> = sqlx::query_as(RESCHEDULE)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .bind(generation)
-                        .bind(next_at)
-                        .bind(max_attempts)
-                        .bind(give_up_after_ms)
-                        .fetch_optional(&mut *conn)
-                        .await?;
-                    row.map(|(state, attempts)| match KeyState::parse(&state)? {
-                        KeyState::Exhausted => Ok(Rescheduled::Exhausted { attempts }),
-                        _ => Ok(Rescheduled::At(next_at)),
-                    })
-                    .transpose()
-                })
-            }
-
-            fn exhaust<'a>(
-                conn: &'a mut Self::Connection,
-                scope: &'a str,
-                key: &'a str,
-                generation: i64,
-            ) -> BoxFuture<'a, Result<bool, StoreError>> {
-                Box::pin(async move {
-                    let done = sqlx::query(EXHAUST)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .bind(generation)
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok(done.rows_affected() == 1)
-                })
-            }
-
-            fn count_watched(
-                conn: &mut Self::Connection,
-                lock_cutoff: i64,
-                now: i64,
-            ) -> BoxFuture<'_, Result<WatchedCounts, StoreError>> {
-                Box::pin(async move {
-                    let (in_flight, exhausted, stale): (i64, i64, i64) =
-                        sqlx::query_as(COUNT_WATCHED)
-                            .persistent($named)
-                            .bind(lock_cutoff)
-                            .bind(now)
-                            .fetch_one(&mut *conn)
-                            .await?;
-                    Ok(WatchedCounts {
-                        in_flight,
-                        exhausted,
-                        stale,
-                    })
-                })
-            }
-
-            fn count_exhausted(
-                conn: &mut Self::Connection,
-            ) -> BoxFuture<'_, Result<i64, StoreError>> {
-                Box::pin(async move {
-                    let count: i64 = sqlx::query_scalar(COUNT_EXHAUSTED)
-                        .persistent($named)
-                        .fetch_one(&mut *conn)
-                        .await?;
-                    Ok(count)
-                })
-            }
-
-            fn replication(
-                conn: &mut Self::Connection,
-            ) -> BoxFuture<'_, Result<Option<super::Replication>, StoreError>> {
-                Box::pin(async move {
-                    let Some(sql) = $replication else {
-                        return Ok(None);
-                    };
-                    let rows: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(sql)
-                        .persistent($named)
-                        .fetch_all(&mut *conn)
-                        .await?;
-                    let synchronous_commit = rows.first().map(|r| r.0.clone()).unwrap_or_default();
-                    let standbys = rows
-                        .into_iter()
-                        .filter_map(|(_, name, sync_state)| {
-                            Some(super::Standby {
-                                name: name?,
-                                sync_state,
-                            })
-                        })
-                        .collect();
-                    Ok(Some(super::Replication {
-                        synchronous_commit,
-                        standbys,
-                    }))
-                })
-            }
-
-            fn exhausted(
-                conn: &mut Self::Connection,
-                limit: i64,
-            ) -> BoxFuture<'_, Result<Vec<ExhaustedRecord>, StoreError>> {
-                Box::pin(async move {
-                    let rows = sqlx::query(EXHAUSTED)
-                        .persistent($named)
-                        .bind(limit)
-                        .fetch_all(&mut *conn)
-                        .await?;
-                    rows.iter().map(exhausted_from_row).collect()
-                })
-            }
-
-            fn advance<'a>(
-                conn: &'a mut Self::Connection,
-                scope: &'a str,
-                key: &'a str,
-                generation: i64,
-                recovery_point: &'a str,
-                now: i64,
-            ) -> BoxFuture<'a, Result<bool, StoreError>> {
-                Box::pin(async move {
-                    let done = sqlx::query(ADVANCE)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .bind(generation)
-                        .bind(recovery_point)
-                        .bind(now)
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok(done.rows_affected() == 1)
-                })
-            }
-
-            fn release<'a>(
-                conn: &'a mut Self::Connection,
-                scope: &'a str,
-                key: &'a str,
-                generation: i64,
-            ) -> BoxFuture<'a, Result<bool, StoreError>> {
-                Box::pin(async move {
-                    let done = sqlx::query(RELEASE)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .bind(generation)
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok(done.rows_affected() == 1)
-                })
-            }
-
-            fn complete<'a>(
-                conn: &'a mut Self::Connection,
-                scope: &'a str,
-                key: &'a str,
-                generation: i64,
-                response: &'a StoredResponse,
-                now: i64,
-            ) -> BoxFuture<'a, Result<bool, StoreError>> {
-                Box::pin(async move {
-                    let headers = response.headers_json();
-                    let bytes = size(scope.as_bytes())
-                        + size(key.as_bytes())
-                        + size(headers.as_deref().unwrap_or_default().as_bytes())
-                        + size(&response.body)
-                        + 3 * INTEGER;
-                    let done = sqlx::query_with(COMPLETE, arguments::<$db>(7, bytes))
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .bind(generation)
-                        .bind(i64::from(response.status))
-                        .bind(headers)
-                        .bind(response.body.as_ref())
-                        .bind(now)
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok(done.rows_affected() == 1)
-                })
-            }
-
-            fn load_steps<'a>(
-                conn: &'a mut Self::Connection,
-                scope: &'a str,
-                key: &'a str,
-            ) -> BoxFuture<'a, Result<Vec<StepRecord>, StoreError>> {
-                Box::pin(async move {
-                    let rows = sqlx::query(LOAD_STEPS)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .fetch_all(&mut *conn)
-                        .await?;
-                    rows.iter().map(step_from_row).collect()
-                })
-            }
-
-            fn record_step<'a>(
-                conn: &'a mut Self::Connection,
-                scope: &'a str,
-                key: &'a str,
-                step: &'a StepRecord,
-                now: i64,
-            ) -> BoxFuture<'a, Result<(), StoreError>> {
-                Box::pin(async move {
-                    sqlx::query(RECORD_STEP)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .bind(step.step.as_str())
-                        .bind(step.status.as_str())
-                        .bind(step.derived_key.as_deref())
-                        .bind(step.output.as_deref())
-                        .bind(now)
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok(())
-                })
-            }
-
-            fn delete_steps<'a>(
-                conn: &'a mut Self::Connection,
-                scope: &'a str,
-                key: &'a str,
-            ) -> BoxFuture<'a, Result<(), StoreError>> {
-                Box::pin(async move {
-                    sqlx::query(DELETE_STEPS)
-                        .persistent($named)
-                        .bind(scope)
-                        .bind(key)
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok(())
-                })
-            }
-
-            fn abandoned<'a>(
-                conn: &'a mut Self::Connection,
-                locked_before: i64,
-                now: i64,
-                limit: i64,
-            ) -> BoxFuture<'a, Result<Vec<(String, String)>, StoreError>> {
-                Box::pin(async move {
-                    let rows: Vec<(String, String)> = sqlx::query_as(ABANDONED)
-                        .persistent($named)
-                        .bind(locked_before)
-                        .bind(now)
-                        .bind(limit)
-                        .fetch_all(&mut *conn)
-                        .await?;
-                    Ok(rows)
-                })
-            }
-
-            fn reap<'a>(
-                conn: &'a mut Self::Connection,
-                from: i64,
-                created_before: i64,
-                limit: i64,
-            ) -> BoxFuture<'a, Result<Vec<ReapedRecord>, StoreError>> {
-                Box::pin(async move {
-                    let (steps_first, records): (Option<&'static str>, &'static str) = $reap;
-                    if let Some(steps) = steps_first {
-                        sqlx::query(steps)
-                            .persistent($named)
-                            .bind(from)
-                            .bind(created_before)
-                            .bind(limit)
-                            .execute(&mut *conn)
-                            .await?;
-                    }
-                    let rows = sqlx::query(records)
-                        .persistent($named)
-                        .bind(from)
-                        .bind(created_before)
-                        .bind(limit)
-                        .fetch_all(&mut *conn)
-                        .await?;
-                    rows.iter().map(reaped_from_row).collect()
-                })
-            }
-        }
-    };
 }

@@ -30,12 +30,34 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, Postgres};
 use sqlx::{Connection as _, Executor as _, Pool, Row as _};
 
-use crate::server::error::StoreError;
+use crate::server::store::error::StoreError;
 
-/// The last time (by [`clock_ms`]) any statement of this process was
-/// answered `25006` by PostgreSQL: every host-list store discards its
-/// connections opened before then.
-static READ_ONLY_SEEN: AtomicI64 = AtomicI64::new(0);
+/// The last time (by [`clock_ms`]) a statement of one store was answered
+/// `25006` (read-only transaction) by PostgreSQL: a store with a host list
+/// discards its connections opened before then. Shared by the store's
+/// clones and its search for the primary; `0` is never.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReadOnlySeen(Arc<AtomicI64>);
+
+impl ReadOnlySeen {
+    /// Notes an error: a `25006` means the host the store writes to is no
+    /// longer the primary.
+    pub(crate) fn note(&self, error: &sqlx::Error) {
+        if let sqlx::Error::Database(db) = error
+            && db
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some()
+            && db.code().as_deref() == Some("25006")
+        {
+            self.0.fetch_max(clock_ms(), Ordering::Relaxed);
+        }
+    }
+
+    /// The last sighting.
+    fn last(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 /// Milliseconds on a monotonic clock, from the first call on: the unit of
 /// every time here, comparable with a connection's age (the wall clock can
@@ -58,19 +80,6 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Shortest spacing of two searches.
 const SEARCH_EVERY: Duration = Duration::from_millis(100);
-
-/// Notes an error: a `25006` (read-only transaction) means the host this
-/// process writes to is no longer the primary.
-pub(crate) fn note(error: &sqlx::Error) {
-    if let sqlx::Error::Database(db) = error
-        && db
-            .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-            .is_some()
-        && db.code().as_deref() == Some("25006")
-    {
-        READ_ONLY_SEEN.fetch_max(clock_ms(), Ordering::Relaxed);
-    }
-}
 
 /// The hosts of a URL in libpq's multi-host form, each as its own URL, and
 /// whether the URL asks for the primary. `None` for a plain one-host URL
@@ -145,6 +154,8 @@ async fn writable(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
 pub(crate) struct Primary {
     hosts: Vec<PgConnectOptions>,
     current: AtomicUsize,
+    /// The store's read-only sightings.
+    read_only: ReadOnlySeen,
     /// Connections opened before this (by [`clock_ms`]) are discarded.
     discard_before: AtomicI64,
     /// The `25006` sighting already acted on.
@@ -160,6 +171,7 @@ impl Primary {
     /// first that accepts writes, with its options.
     pub(crate) async fn find(
         hosts: Vec<PgConnectOptions>,
+        read_only: ReadOnlySeen,
     ) -> Result<(Arc<Primary>, PgConnectOptions), StoreError> {
         let index = search(&hosts).await.ok_or_else(|| {
             let labels: Vec<String> = hosts.iter().map(label).collect();
@@ -177,7 +189,8 @@ impl Primary {
             hosts,
             current: AtomicUsize::new(index),
             discard_before: AtomicI64::new(i64::MIN),
-            read_only_handled: AtomicI64::new(READ_ONLY_SEEN.load(Ordering::Relaxed)),
+            read_only_handled: AtomicI64::new(read_only.last()),
+            read_only,
             wanted: AtomicBool::new(false),
             searching: AtomicBool::new(false),
             last_search: AtomicI64::new(0),
@@ -221,7 +234,7 @@ impl Primary {
     /// Takes in a `25006` seen since the last one: connections opened
     /// before it are to be discarded, and the primary searched for.
     fn take_read_only(&self) {
-        let seen = READ_ONLY_SEEN.load(Ordering::Relaxed);
+        let seen = self.read_only.last();
         if seen > self.read_only_handled.load(Ordering::Relaxed) {
             self.read_only_handled.fetch_max(seen, Ordering::Relaxed);
             self.discard_before.fetch_max(seen, Ordering::Relaxed);
@@ -239,8 +252,7 @@ impl Primary {
     /// Whether something asked for a search since the last one.
     pub(crate) fn wanted(&self) -> bool {
         self.wanted.load(Ordering::Relaxed)
-            || READ_ONLY_SEEN.load(Ordering::Relaxed)
-                > self.read_only_handled.load(Ordering::Relaxed)
+            || self.read_only.last() > self.read_only_handled.load(Ordering::Relaxed)
     }
 
     /// Searches the hosts for the primary in the background (at most one
@@ -341,20 +353,21 @@ mod tests {
 
     #[test]
     fn a_read_only_answer_discards_older_connections() {
-        let error = sqlx::Error::Protocol("not a database error".into());
-        note(&error);
+        let seen = ReadOnlySeen::default();
+        seen.note(&sqlx::Error::Protocol("not a database error".into()));
         let primary = Primary {
             hosts: Vec::new(),
             current: AtomicUsize::new(0),
+            read_only: seen.clone(),
             discard_before: AtomicI64::new(i64::MIN),
-            read_only_handled: AtomicI64::new(READ_ONLY_SEEN.load(Ordering::Relaxed)),
+            read_only_handled: AtomicI64::new(seen.last()),
             wanted: AtomicBool::new(false),
             searching: AtomicBool::new(false),
             last_search: AtomicI64::new(0),
         };
         assert!(primary.keeps(Duration::from_secs(60)));
         assert!(!primary.wanted());
-        READ_ONLY_SEEN.fetch_max(clock_ms(), Ordering::Relaxed);
+        seen.0.fetch_max(clock_ms(), Ordering::Relaxed);
         assert!(primary.wanted());
         assert!(
             !primary.keeps(Duration::from_secs(60)),

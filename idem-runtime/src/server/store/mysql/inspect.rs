@@ -1,19 +1,19 @@
 //! `idem keys` on the MySQL family: the operator's reads, and the resume of
 //! an exhausted record, in MariaDB's dialect.
 
-use sqlx::Pool;
 use sqlx::mysql::MySql;
 
-use crate::server::error::StoreError;
-
-use super::backend::Backend;
-use super::inspect::{
+use super::super::backend::Backend;
+use super::super::error::StoreError;
+use super::super::handle::Store;
+use super::super::inspect::{
     BY_STATE, Inspect, Inspected, KeyStats, ListFilter, OLDEST_IN_FLIGHT, Schema, bind_list,
     key_stats, list_statement, order_steps,
 };
-use super::mysql::{COLUMNS, MYSQL_SCHEMA_VERSION};
-use super::records::{BoxFuture, KeyRecord};
-use super::sql::record_from_row;
+use super::super::records::{BoxFuture, KeyRecord};
+use super::super::sql::record_from_row;
+use super::backend::COLUMNS;
+use super::migrations::SCHEMA_VERSION;
 
 // The list leaves the bodies out: a page of records stays small.
 const LIST_COLUMNS: &str = "CONVERT(scope USING utf8mb4) AS scope, \
@@ -23,7 +23,8 @@ const LIST_COLUMNS: &str = "CONVERT(scope USING utf8mb4) AS scope, \
      completed_at, attempts, next_attempt_at, resumed_at";
 
 impl Inspect for MySql {
-    fn schema(pool: &Pool<Self>) -> BoxFuture<'_, Result<Schema, StoreError>> {
+    fn schema(store: &Store<Self>) -> BoxFuture<'_, Result<Schema, StoreError>> {
+        let pool = store.pool();
         Box::pin(async move {
             let tables: i64 = sqlx::query_scalar(
                 "SELECT COUNT(*) FROM information_schema.tables \
@@ -41,16 +42,17 @@ impl Inspect for MySql {
                     .await?;
             Ok(Schema::Version {
                 found: found.unwrap_or(0),
-                known: MYSQL_SCHEMA_VERSION,
+                known: SCHEMA_VERSION,
             })
         })
     }
 
     fn inspect<'a>(
-        pool: &'a Pool<Self>,
+        store: &'a Store<Self>,
         scope: &'a str,
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<Inspected>, StoreError>> {
+        let pool = store.pool();
         Box::pin(async move {
             // The record and its steps from one snapshot (InnoDB's default,
             // REPEATABLE READ, takes it at the first read): a step's intent
@@ -67,7 +69,8 @@ impl Inspect for MySql {
                 return Ok(None);
             };
             let record = record_from_row(&row)?;
-            let mut steps = <MySql as Backend>::load_steps(&mut tx, scope, key).await?;
+            let mut steps =
+                <MySql as Backend>::load_steps(&mut tx, store.settings(), scope, key).await?;
             let order: Vec<(String, i64)> = sqlx::query_as(
                 "SELECT CONVERT(step USING utf8mb4), updated_at FROM idem_steps \
                  WHERE scope = ? AND idem_key = ?",
@@ -82,10 +85,11 @@ impl Inspect for MySql {
     }
 
     fn scopes_holding<'a>(
-        pool: &'a Pool<Self>,
+        store: &'a Store<Self>,
         key: &'a str,
         limit: i64,
     ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        let pool = store.pool();
         Box::pin(async move {
             Ok(sqlx::query_scalar(
                 "SELECT CONVERT(scope USING utf8mb4) FROM idem_keys WHERE idem_key = ? \
@@ -99,9 +103,10 @@ impl Inspect for MySql {
     }
 
     fn list<'a>(
-        pool: &'a Pool<Self>,
+        store: &'a Store<Self>,
         filter: &'a ListFilter,
     ) -> BoxFuture<'a, Result<Vec<KeyRecord>, StoreError>> {
+        let pool = store.pool();
         Box::pin(async move {
             let sql = list_statement(LIST_COLUMNS, filter, |_| "?".to_owned());
             let rows = bind_list(sqlx::query(&sql), filter).fetch_all(pool).await?;
@@ -109,10 +114,11 @@ impl Inspect for MySql {
         })
     }
 
-    fn stats(pool: &Pool<Self>, reap_before: i64) -> BoxFuture<'_, Result<KeyStats, StoreError>> {
+    fn stats(store: &Store<Self>, reap_before: i64) -> BoxFuture<'_, Result<KeyStats, StoreError>> {
+        let pool = store.pool();
         Box::pin(async move {
             let by_state = sqlx::query_as(BY_STATE).fetch_all(pool).await?;
-            let oldest_in_flight = Self::list(pool, &OLDEST_IN_FLIGHT)
+            let oldest_in_flight = Self::list(store, &OLDEST_IN_FLIGHT)
                 .await?
                 .into_iter()
                 .next();
@@ -128,11 +134,12 @@ impl Inspect for MySql {
     }
 
     fn resume<'a>(
-        pool: &'a Pool<Self>,
+        store: &'a Store<Self>,
         scope: &'a str,
         key: &'a str,
         now: i64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let pool = store.pool();
         Box::pin(async move {
             let done = sqlx::query(
                 "UPDATE idem_keys SET state = 'in_flight', locked_at = NULL, \

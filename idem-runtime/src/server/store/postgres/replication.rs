@@ -67,7 +67,7 @@ impl Replication {
 
 /// One row per standby (or one row of NULLs without any) and the
 /// primary's `synchronous_commit`.
-pub(crate) const POSTGRES_REPLICATION: &str = "SELECT current_setting('synchronous_commit'), \
+pub(super) const REPLICATION: &str = "SELECT current_setting('synchronous_commit'), \
      r.application_name::text, r.sync_state::text \
      FROM (SELECT 1) AS one LEFT JOIN pg_stat_replication AS r ON true";
 

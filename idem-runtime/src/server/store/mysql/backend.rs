@@ -22,18 +22,18 @@
 //!   database fault like any other: answered `503` with `Retry-After`,
 //!   never a final answer; the retry finds the first claim.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sqlx::Pool;
 use sqlx::mysql::MySql;
 
-use crate::server::error::StoreError;
-use crate::server::response::StoredResponse;
-
-use super::backend::Backend;
-use super::records::*;
-use super::sql::{exhausted_from_row, reaped_from_row, record_from_row, step_from_row};
+use super::super::backend::Backend;
+use super::super::error::StoreError;
+use super::super::postgres::replication::Replication;
+use super::super::records::*;
+use super::super::settings::StoreSettings;
+use super::super::sql::{exhausted_from_row, reaped_from_row, record_from_row, step_from_row};
+use super::migrations;
 
 // The key columns compare bytes (`ascii_bin`), which the MySQL protocol
 // reports as binary: they are read back converted to text.
@@ -88,28 +88,9 @@ fn claimed(
     }
 }
 
-/// Whether the server takes MariaDB's `SET STATEMENT … FOR`: cleared by
-/// [`Store::connect_mysql`](crate::server::Store::connect_mysql) when it
-/// reaches MySQL, whose claims then wait for the session's
-/// `innodb_lock_wait_timeout`.
-static SET_STATEMENT: AtomicBool = AtomicBool::new(true);
-
-/// Notes whether the server, by its `VERSION()`, is MariaDB.
-pub(super) fn note_server(version: &str) {
-    if !version.contains("MariaDB") {
-        SET_STATEMENT.store(false, Ordering::Relaxed);
-        tracing::warn!(
-            version,
-            "the key store is MySQL, not MariaDB: a claim's wait behind a concurrent \
-             duplicate is bounded by the connections' innodb_lock_wait_timeout (50s by \
-             default), not by the route's duplicate wait"
-        );
-    }
-}
-
 /// Prefixes a statement with its lock-wait bound (MariaDB).
-fn bounded(statement: &str, wait: Duration) -> String {
-    if !SET_STATEMENT.load(Ordering::Relaxed) {
+fn bounded(settings: &StoreSettings, statement: &str, wait: Duration) -> String {
+    if !settings.set_statement() {
         return statement.to_owned();
     }
     format!(
@@ -133,28 +114,6 @@ async fn generation_of(
     .await?)
 }
 
-struct Migration {
-    version: i64,
-    description: &'static str,
-    sql: &'static str,
-}
-
-/// The newest schema version this build writes on the MySQL family.
-pub(super) const MYSQL_SCHEMA_VERSION: i64 = 2;
-
-const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        description: "idempotency keys and steps",
-        sql: include_str!("../../../migrations/mysql/0001_idempotency_keys.sql"),
-    },
-    Migration {
-        version: 2,
-        description: "operation names on every record, and the open records' index",
-        sql: include_str!("../../../migrations/mysql/0002_open_records.sql"),
-    },
-];
-
 /// Runs one statement, binding each value in order.
 macro_rules! run {
     ($conn:expr, $sql:expr $(, $value:expr)* $(,)?) => {
@@ -162,74 +121,28 @@ macro_rules! run {
     };
 }
 
-/// Applies the migrations not yet recorded, on a connection holding the
-/// migration lock.
-async fn apply(conn: &mut sqlx::MySqlConnection) -> Result<(), StoreError> {
-    run!(
-        conn,
-        "CREATE TABLE IF NOT EXISTS idem_schema_migrations (version BIGINT PRIMARY KEY, \
-             description TEXT NOT NULL, applied_at BIGINT NOT NULL) ENGINE = InnoDB"
-    )?;
-    let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM idem_schema_migrations")
-        .fetch_all(&mut *conn)
-        .await?;
-    for m in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
-        // Every statement of the file in one text-protocol batch.
-        sqlx::Executor::execute(&mut *conn, m.sql)
-            .await
-            .map_err(|source| StoreError::Migration {
-                version: m.version,
-                source,
-            })?;
-        run!(
-            conn,
-            "INSERT INTO idem_schema_migrations (version, description, applied_at) \
-                 VALUES (?, ?, ?)",
-            m.version,
-            m.description,
-            crate::server::clock::now_ms(),
-        )?;
-    }
-    Ok(())
-}
-
 impl Backend for MySql {
     // `VARCHAR(600)` and `VARCHAR(2372)`, ASCII: with the step name's 100
     // they fill InnoDB's 3,072-byte index.
     const KEY_COLUMNS: Option<(usize, usize)> = Some((600, 2372));
 
-    fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            // DDL commits on its own in MySQL: the run is serialised by a
-            // named lock held by this connection, not by a transaction.
-            let mut conn = pool.acquire().await?;
-            let (locked,): (Option<i64>,) =
-                sqlx::query_as("SELECT GET_LOCK('idem_migrations', 60)")
-                    .fetch_one(&mut *conn)
-                    .await?;
-            if locked != Some(1) {
-                return Err(StoreError::Database(sqlx::Error::Protocol(
-                    "another process held the migration lock for 60s".into(),
-                )));
-            }
-            let result = apply(&mut conn).await;
-            sqlx::query("SELECT RELEASE_LOCK('idem_migrations')")
-                .execute(&mut *conn)
-                .await?;
-            result
-        })
+    fn migrate<'a>(
+        pool: &'a Pool<Self>,
+        _settings: &'a StoreSettings,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(migrations::migrate(pool))
     }
 
     fn claim<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         c: &'a NewClaim<'a>,
         wait: Duration,
-        _session: Option<Duration>,
     ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
         Box::pin(async move {
             // One statement for both kinds: a single-phase claim's request
             // columns are NULL.
-            let sql = bounded(CLAIM, wait);
+            let sql = bounded(settings, CLAIM, wait);
             let result = run!(
                 conn,
                 &sql,
@@ -247,20 +160,23 @@ impl Backend for MySql {
         })
     }
 
-    fn lift_claim_bound(_conn: &mut Self::Connection) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn lift_claim_bound<'a>(
+        _conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         // The bound was the claim statement's own.
         Box::pin(async { Ok(()) })
     }
 
     fn claim_complete<'a>(
         conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
         c: &'a NewClaim<'a>,
         response: &'a StoredResponse,
         wait: Duration,
-        _session: Option<Duration>,
     ) -> BoxFuture<'a, Result<Option<i64>, StoreError>> {
         Box::pin(async move {
-            let sql = bounded(CLAIM_COMPLETE, wait);
+            let sql = bounded(settings, CLAIM_COMPLETE, wait);
             let result = run!(
                 conn,
                 &sql,
@@ -280,6 +196,7 @@ impl Backend for MySql {
 
     fn delete_expired<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         created_before: i64,
@@ -308,6 +225,7 @@ impl Backend for MySql {
 
     fn reclaim_expired<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         c: &'a NewClaim<'a>,
         created_before: i64,
         locked_before: i64,
@@ -344,6 +262,7 @@ impl Backend for MySql {
 
     fn load<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<KeyRecord>, StoreError>> {
@@ -360,6 +279,7 @@ impl Backend for MySql {
 
     fn take_over<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         locked_before: i64,
@@ -388,6 +308,7 @@ impl Backend for MySql {
 
     fn reschedule<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         generation: i64,
@@ -433,6 +354,7 @@ impl Backend for MySql {
 
     fn exhaust<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         generation: i64,
@@ -451,7 +373,10 @@ impl Backend for MySql {
         })
     }
 
-    fn count_exhausted(conn: &mut Self::Connection) -> BoxFuture<'_, Result<i64, StoreError>> {
+    fn count_exhausted<'a>(
+        conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
+    ) -> BoxFuture<'a, Result<i64, StoreError>> {
         Box::pin(async move {
             Ok(sqlx::query_scalar(
                 "SELECT COUNT(*) FROM idem_keys \
@@ -462,11 +387,12 @@ impl Backend for MySql {
         })
     }
 
-    fn count_watched(
-        conn: &mut Self::Connection,
+    fn count_watched<'a>(
+        conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         lock_cutoff: i64,
         now: i64,
-    ) -> BoxFuture<'_, Result<WatchedCounts, StoreError>> {
+    ) -> BoxFuture<'a, Result<WatchedCounts, StoreError>> {
         Box::pin(async move {
             // `SUM` is a DECIMAL in MySQL: cast back to a BIGINT.
             let (in_flight, exhausted, stale): (i64, i64, i64) = sqlx::query_as(
@@ -490,16 +416,18 @@ impl Backend for MySql {
         })
     }
 
-    fn replication(
-        _conn: &mut Self::Connection,
-    ) -> BoxFuture<'_, Result<Option<super::Replication>, StoreError>> {
+    fn replication<'a>(
+        _conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
+    ) -> BoxFuture<'a, Result<Option<Replication>, StoreError>> {
         Box::pin(async { Ok(None) })
     }
 
-    fn exhausted(
-        conn: &mut Self::Connection,
+    fn exhausted<'a>(
+        conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         limit: i64,
-    ) -> BoxFuture<'_, Result<Vec<ExhaustedRecord>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<ExhaustedRecord>, StoreError>> {
         Box::pin(async move {
             let rows = sqlx::query(
                 "SELECT CONVERT(scope USING utf8mb4) AS scope, \
@@ -517,6 +445,7 @@ impl Backend for MySql {
 
     fn advance<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         generation: i64,
@@ -540,6 +469,7 @@ impl Backend for MySql {
 
     fn release<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         generation: i64,
@@ -559,6 +489,7 @@ impl Backend for MySql {
 
     fn complete<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         generation: i64,
@@ -587,6 +518,7 @@ impl Backend for MySql {
 
     fn load_steps<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
     ) -> BoxFuture<'a, Result<Vec<StepRecord>, StoreError>> {
@@ -605,6 +537,7 @@ impl Backend for MySql {
 
     fn record_step<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
         step: &'a StepRecord,
@@ -632,6 +565,7 @@ impl Backend for MySql {
 
     fn delete_steps<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         scope: &'a str,
         key: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
@@ -648,6 +582,7 @@ impl Backend for MySql {
 
     fn abandoned<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         locked_before: i64,
         now: i64,
         limit: i64,
@@ -670,6 +605,7 @@ impl Backend for MySql {
 
     fn reap<'a>(
         conn: &'a mut Self::Connection,
+        _settings: &'a StoreSettings,
         from: i64,
         created_before: i64,
         limit: i64,
@@ -720,7 +656,7 @@ mod tests {
         assert_eq!(wait_seconds(Duration::from_millis(2000)), 2);
         assert_eq!(wait_seconds(Duration::from_millis(2001)), 3);
         assert!(
-            bounded(CLAIM, Duration::from_secs(2))
+            bounded(&StoreSettings::default(), CLAIM, Duration::from_secs(2))
                 .starts_with("SET STATEMENT innodb_lock_wait_timeout = 2 FOR INSERT")
         );
     }
