@@ -64,7 +64,8 @@ pub use config::{
     FailureReplay, InFlight, KeyIn, KeyRequirement, MAX_INDEXED_BYTES, MismatchStatus, Policy,
     ResumePolicy,
 };
-pub use engine::{Idempotency, IdempotencyBuilder};
+pub use engine::Idempotency;
+pub use engine::builder::IdempotencyBuilder;
 pub use error::{ConfigError, IdempotencyError, KeyProblem};
 pub use jobs::{CompleterReport, RECORDS_EVERY, ReaperReport};
 pub use key::IdempotencyKey;

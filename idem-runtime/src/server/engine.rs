@@ -24,10 +24,9 @@ use super::scope::{CredentialScope, GlobalScope, MIN_DIGEST_KEY, Requirement, Sc
 use super::store::StoreError;
 use super::store::StoredResponse;
 use super::store::{Backend, KeyRecord, KeyState, NewClaim, Store, StoredRequest};
+use super::upload::{Upload, spool};
 
-mod builder;
-
-pub use builder::IdempotencyBuilder;
+pub(super) mod builder;
 
 /// The idempotency-key protocol over one store: cheap to clone, shared by the
 /// layer, phased handlers and background jobs.
@@ -238,17 +237,6 @@ pub(crate) fn bounded_by_deadline(wait: Duration) -> Duration {
 }
 
 impl<DB: Backend> Idempotency<DB> {
-    /// Starts a builder over `store`.
-    pub fn builder(store: Store<DB>) -> IdempotencyBuilder<DB> {
-        IdempotencyBuilder {
-            store,
-            policy: Policy::default(),
-            scope: None,
-            resume: None,
-            credential_key: None,
-        }
-    }
-
     /// The store.
     pub fn store(&self) -> &Store<DB> {
         &self.inner.store
@@ -300,7 +288,7 @@ impl<DB: Backend> Idempotency<DB> {
     /// The same instance with its scope derived from the request's
     /// credential: the first of `requirements` (the operation's `security`
     /// alternatives) whose credentials are all present, digested under the
-    /// key given to [`IdempotencyBuilder::credential_digest_key`]. A request
+    /// key given to [`IdempotencyBuilder::credential_digest_key`](builder::IdempotencyBuilder::credential_digest_key). A request
     /// with none is answered `401 caller_unidentified` before anything is
     /// stored. The generated router calls this for operations declaring
     /// `x-idempotency.scope: credential`.
@@ -1020,6 +1008,31 @@ pub(crate) fn is_unsafe(method: &Method) -> bool {
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
     )
+}
+
+impl<DB: Backend> Idempotency<DB> {
+    /// [`Self::prepare`] for an upload: the key and scope checked first,
+    /// then the body written to a temporary file under the cap while it is
+    /// hashed; the fingerprint covers that hash.
+    pub(crate) async fn prepare_upload(
+        &self,
+        parts: &Parts,
+        body: Body,
+    ) -> Result<(Prepared, Upload), IdempotencyError> {
+        let key = self.header_key(parts)?;
+        // Refused before a byte is written: a required key that is missing.
+        if key.is_none() && self.key_required() {
+            return Err(self.missing_key());
+        }
+        let scope = self.scope_of(parts)?;
+        let limit = self.declared_length_within_cap(parts)?;
+        let (file, len, digest) = spool(body, limit).await?;
+        let path = self.stored_path(parts);
+        let fingerprint = super::key::fingerprint(&parts.method, &path, Some(&digest), &[]);
+        let prepared = Prepared::new(parts, scope, key, fingerprint, path, Bytes::new());
+        let upload = Upload::spooled(file, len, limit);
+        Ok((prepared, upload))
+    }
 }
 
 #[cfg(test)]

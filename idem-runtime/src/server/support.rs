@@ -17,7 +17,6 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderName, HeaderValue, StatusCode, header};
 
-use super::key::IdempotencyKey;
 use super::response::Reply;
 
 mod inbound;
@@ -27,14 +26,10 @@ mod route;
 pub use super::upload::{Upload, UploadError};
 use inbound::Deadline;
 pub(crate) use inbound::declares_more_than;
-pub use inbound::{Context, Inbound, Node, Style};
+pub use inbound::{Context, DEFAULT_BODY_LIMIT, Inbound, Node, Style};
 pub use rejection::Rejection;
 use rejection::refusal;
-pub use route::{Input, Route};
-
-/// The default cap on a request body read by a route without a key (keyed
-/// routes use their policy's `max_request_body`).
-pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+pub use route::{Input, Route, keyed};
 
 /// Checks the request's `Content-Type` against the media types its
 /// operation declares for the body (`accepted`, as the spec writes them;
@@ -253,19 +248,6 @@ where
                 )),
             }
         })
-    }
-}
-
-/// Runs a keyed handler with its key in the request's context, so the keyed
-/// calls it makes as a client get keys derived from it.
-pub async fn keyed<F: std::future::Future>(cx: &Context, f: F) -> F::Output {
-    let inbound = crate::context::current().unwrap_or_default();
-    match cx.idempotency() {
-        Some(IdempotencyKey {
-            scope,
-            key: Some(key),
-        }) => crate::context::serving(inbound.with_key(scope, key), f).await,
-        _ => f.await,
     }
 }
 

@@ -15,15 +15,11 @@
 
 use axum::body::Body;
 use bytes::Bytes;
-use http::request::Parts;
 use http_body_util::BodyExt as _;
 use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _, AsyncWriteExt as _};
 
-use super::Backend;
-use super::engine::{Idempotency, Prepared};
 use super::error::IdempotencyError;
-use super::key::fingerprint;
 
 /// The size of each read from a spooled upload.
 const CHUNK: usize = 64 * 1024;
@@ -183,38 +179,20 @@ impl Upload {
     }
 }
 
-impl<DB: Backend> Idempotency<DB> {
-    /// [`Self::prepare`] for an upload: the key and scope checked first,
-    /// then the body written to a temporary file under the cap while it is
-    /// hashed; the fingerprint covers that hash.
-    pub(crate) async fn prepare_upload(
-        &self,
-        parts: &Parts,
-        body: Body,
-    ) -> Result<(Prepared, Upload), IdempotencyError> {
-        let key = self.header_key(parts)?;
-        // Refused before a byte is written: a required key that is missing.
-        if key.is_none() && self.key_required() {
-            return Err(self.missing_key());
-        }
-        let scope = self.scope_of(parts)?;
-        let limit = self.declared_length_within_cap(parts)?;
-        let (file, len, digest) = spool(body, limit).await?;
-        let path = self.stored_path(parts);
-        let fingerprint = fingerprint(&parts.method, &path, Some(&digest), &[]);
-        let prepared = Prepared::new(parts, scope, key, fingerprint, path, Bytes::new());
-        let upload = Upload {
+impl Upload {
+    /// An upload spooled to `file` ([`spool`]), `len` bytes under `limit`.
+    pub(crate) fn spooled(file: tokio::fs::File, len: u64, limit: usize) -> Self {
+        Upload {
             source: Source::File(file, len),
             limit,
             received: 0,
-        };
-        Ok((prepared, upload))
+        }
     }
 }
 
 /// `body` written to an unlinked temporary file, up to `limit` bytes: the
 /// file (rewound), the length and the SHA-256 of the bytes.
-async fn spool(
+pub(crate) async fn spool(
     mut body: Body,
     limit: usize,
 ) -> Result<(tokio::fs::File, u64, [u8; 32]), IdempotencyError> {

@@ -8,7 +8,8 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 
-use crate::client::{IdempotencyKey, RetryError};
+use crate::client::error::RetryError;
+use crate::client::key::IdempotencyKey;
 
 /// A response, body read in full.
 #[derive(Debug, Clone)]

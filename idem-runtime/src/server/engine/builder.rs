@@ -2,6 +2,19 @@
 
 use super::*;
 
+impl<DB: Backend> Idempotency<DB> {
+    /// Starts a builder over `store`.
+    pub fn builder(store: Store<DB>) -> IdempotencyBuilder<DB> {
+        IdempotencyBuilder {
+            store,
+            policy: Policy::default(),
+            scope: None,
+            resume: None,
+            credential_key: None,
+        }
+    }
+}
+
 /// Builds an [`Idempotency`]; a scope source is mandatory: an extractor of
 /// the caller ([`IdempotencyBuilder::scope`]), or, for operations scoped by
 /// credential, the key their credentials are digested with

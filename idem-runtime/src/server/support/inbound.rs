@@ -17,6 +17,10 @@ use crate::server::key::IdempotencyKey;
 
 use super::rejection::*;
 
+/// The default cap on a request body read by a route without a key (keyed
+/// routes use their policy's `max_request_body`).
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
 /// How a query parameter is serialized (OpenAPI `style`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Style {

@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter};
 use http::request::Parts;
 
-use super::{Context, DEFAULT_BODY_LIMIT, Inbound, Rejection};
+use super::inbound::{Context, DEFAULT_BODY_LIMIT, Inbound};
+use super::rejection::Rejection;
+use crate::server::key::IdempotencyKey;
 use crate::server::{Backend, IdemTx, Idempotency, Reject};
 
 /// An operation's typed input, read from a request. Generated servers
@@ -210,11 +212,24 @@ impl Route {
                     Ok(claimed) => claimed,
                     Err(answer) => return answer,
                 };
-                let reply = super::keyed(&cx.clone(), handle(api, cx, tx, input))
+                let reply = self::keyed(&cx.clone(), handle(api, cx, tx, input))
                     .await
                     .into_response();
                 claimed.finish(reply).await
             })
         })
+    }
+}
+
+/// Runs a keyed handler with its key in the request's context, so the keyed
+/// calls it makes as a client get keys derived from it.
+pub async fn keyed<F: std::future::Future>(cx: &Context, f: F) -> F::Output {
+    let inbound = crate::context::current().unwrap_or_default();
+    match cx.idempotency() {
+        Some(IdempotencyKey {
+            scope,
+            key: Some(key),
+        }) => crate::context::serving(inbound.with_key(scope, key), f).await,
+        _ => f.await,
     }
 }
