@@ -6,7 +6,8 @@
 //! ```text
 //! cargo run --release -p idem-runtime --example store_scale -- \
 //!     --store sqlite|postgres|mysql [--url URL] [--rows 0,1000000,10000000] \
-//!     [--open 0.001] [--concurrency 16] [--seconds 10] [--explain]
+//!     [--open 0.001] [--concurrency 16] [--seconds 10] [--reap-seconds S] \
+//!     [--explain]
 //! ```
 //!
 //! PostgreSQL and MySQL/MariaDB take `--url`, or `IDEM_TEST_DATABASE_URL` and
@@ -25,12 +26,14 @@
 //!   `--concurrency` tasks for `--seconds`: p50, p99 and requests a second;
 //! - each periodic statement (the `idem_records` gauge's two counts, the
 //!   completer's due scan, the exhausted list), the median of 7 runs, and
-//!   one reaper batch (1,000 records; 200 on SQLite);
+//!   one reaper batch (1,000 records; 500 on MariaDB, 200 on SQLite);
 //! - `idem keys stats`, `list` and `show`;
 //! - the bytes the key and step tables and their indexes take, per record;
 //! - then a reaper pass deleting the oldest day (a third of the records)
 //!   while the keyed load runs: p99 during the pass against p99 before it,
-//!   and the records deleted a second.
+//!   and the records deleted a second. The reaper paces itself
+//!   (`REAPER_RATE`), so at 10 M records the day takes over 20 minutes:
+//!   `--reap-seconds` cuts the pass off there and counts what it deleted.
 //!
 //! `--explain` prints each periodic statement's plan.
 
@@ -78,6 +81,8 @@ trait Scale: Backend + Inspect {
     fn analyze(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<()>>;
     /// Bytes of the key and step tables' rows, and of their indexes.
     fn bytes(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<(i64, i64)>>;
+    /// How many records the key table holds.
+    fn records(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<i64>>;
     /// The plan of `sql` with its `binds` (integers) in place.
     fn explain<'a>(
         pool: &'a Pool<Self>,
@@ -202,6 +207,14 @@ impl Scale for Postgres {
         })
     }
 
+    fn records(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<i64>> {
+        Box::pin(async move {
+            Ok(sqlx::query_scalar("SELECT COUNT(*) FROM idem_keys")
+                .fetch_one(pool)
+                .await?)
+        })
+    }
+
     fn bytes(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<(i64, i64)>> {
         Box::pin(async move {
             Ok(sqlx::query_as(
@@ -312,6 +325,14 @@ impl Scale for MySql {
                 .execute(pool)
                 .await?;
             Ok(())
+        })
+    }
+
+    fn records(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<i64>> {
+        Box::pin(async move {
+            Ok(sqlx::query_scalar("SELECT COUNT(*) FROM idem_keys")
+                .fetch_one(pool)
+                .await?)
         })
     }
 
@@ -462,6 +483,14 @@ impl Scale for Sqlite {
         Box::pin(async move {
             sqlx::raw_sql("ANALYZE").execute(pool).await?;
             Ok(())
+        })
+    }
+
+    fn records(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<i64>> {
+        Box::pin(async move {
+            Ok(sqlx::query_scalar("SELECT COUNT(*) FROM idem_keys")
+                .fetch_one(pool)
+                .await?)
         })
     }
 
@@ -650,6 +679,7 @@ struct Args {
     open: f64,
     concurrency: usize,
     seconds: f64,
+    reap_seconds: Option<f64>,
     explain: bool,
 }
 
@@ -661,6 +691,7 @@ fn args() -> anyhow::Result<Args> {
         open: 0.001,
         concurrency: 16,
         seconds: 10.0,
+        reap_seconds: None,
         explain: false,
     };
     let mut it = std::env::args().skip(1);
@@ -679,6 +710,7 @@ fn args() -> anyhow::Result<Args> {
             "--open" => args.open = value()?.parse().context("--open takes a fraction")?,
             "--concurrency" => args.concurrency = value()?.parse()?,
             "--seconds" => args.seconds = value()?.parse()?,
+            "--reap-seconds" => args.reap_seconds = Some(value()?.parse()?),
             "--explain" => args.explain = true,
             other => bail!("unknown argument {other}"),
         }
@@ -807,7 +839,7 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
     // One batch, rolled back: the table stays as filled for what follows.
     let day_old = start_ms + 24 * HOUR_MS;
     statements.push((
-        "reaper batch (1,000; SQLite 200)",
+        "reaper batch (1,000; MariaDB 500, SQLite 200)",
         median_ms(|| async {
             let mut tx = pool.begin().await?;
             DB::reap(&mut tx, store.settings(), 0, day_old, DB::REAP_BATCH).await?;
@@ -897,8 +929,17 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
             Arc::clone(&stop),
         ));
         tokio::time::sleep(Duration::from_secs(2)).await;
+        // With `--reap-seconds`, the pass is cut off there (its batch in
+        // progress rolls back), and what it deleted is counted.
+        let before = DB::records(store.pool()).await?;
         let started = Instant::now();
-        let deleted = idem.reap().await?.deleted;
+        let deleted = match args.reap_seconds {
+            None => idem.reap().await?.deleted,
+            Some(limit) => {
+                let _ = tokio::time::timeout(Duration::from_secs_f64(limit), idem.reap()).await;
+                usize::try_from(before - DB::records(store.pool()).await?)?
+            }
+        };
         let seconds = started.elapsed().as_secs_f64();
         stop.store(true, Ordering::Relaxed);
         let (mut during, errors) = running.await?;

@@ -67,7 +67,7 @@ pub use config::{
 pub use engine::Idempotency;
 pub use engine::builder::IdempotencyBuilder;
 pub use error::{ConfigError, IdempotencyError, KeyProblem};
-pub use jobs::{CompleterReport, RECORDS_EVERY, ReaperReport};
+pub use jobs::{CompleterReport, REAPER_RATE, RECORDS_EVERY, ReaperReport};
 pub use key::IdempotencyKey;
 pub use layer::{Claimed, IdemTx, IdempotencyLayer, IdempotencyService, KeyedRequest, Validator};
 pub use outcome::{Outcome, is_rejection, observed, scope_digest};

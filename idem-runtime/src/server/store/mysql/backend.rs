@@ -126,6 +126,11 @@ impl Backend for MySql {
     // they fill InnoDB's 3,072-byte index.
     const KEY_COLUMNS: Option<(usize, usize)> = Some((600, 2372));
 
+    // InnoDB deletes a record's secondary index entries and its steps row
+    // by row: half the others' batch keeps one under 50 ms at ten million
+    // records.
+    const REAP_BATCH: i64 = 500;
+
     fn migrate<'a>(
         pool: &'a Pool<Self>,
         _settings: &'a StoreSettings,
