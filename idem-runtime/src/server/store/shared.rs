@@ -762,7 +762,7 @@ where
         let settings = store.settings();
         noted(settings, async move {
             let mut tx = store.pool().begin().await?;
-            let sql = list_statement(LIST_COLUMNS, filter, |n| format!("${n}"));
+            let sql = list_statement(LIST_COLUMNS, filter, |n| format!("${n}"), "");
             let query = sqlx::query(&sql).persistent(settings.named_statements());
             let rows = bind_list(query, filter).fetch_all(&mut *tx).await?;
             rows.iter().map(record_from_row).collect()

@@ -437,7 +437,7 @@ impl Backend for MySql {
             let rows = sqlx::query(
                 "SELECT CONVERT(scope USING utf8mb4) AS scope, \
                  CONVERT(idem_key USING utf8mb4) AS idem_key, operation, recovery_point, \
-                 attempts, created_at FROM idem_keys \
+                 attempts, created_at FROM idem_keys FORCE INDEX (idem_keys_open) \
                  WHERE request_method IS NOT NULL AND state = 'exhausted' \
                  ORDER BY created_at LIMIT ?",
             )
@@ -595,7 +595,8 @@ impl Backend for MySql {
         Box::pin(async move {
             Ok(sqlx::query_as(
                 "SELECT CONVERT(scope USING utf8mb4), CONVERT(idem_key USING utf8mb4) \
-                 FROM idem_keys WHERE request_method IS NOT NULL AND state = 'in_flight' \
+                 FROM idem_keys FORCE INDEX (idem_keys_open) \
+                 WHERE request_method IS NOT NULL AND state = 'in_flight' \
                    AND (locked_at IS NULL OR locked_at < ?) \
                    AND (next_attempt_at IS NULL OR next_attempt_at <= ?) \
                  ORDER BY created_at LIMIT ?",

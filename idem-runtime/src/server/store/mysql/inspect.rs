@@ -108,7 +108,12 @@ impl Inspect for MySql {
     ) -> BoxFuture<'a, Result<Vec<KeyRecord>, StoreError>> {
         let pool = store.pool();
         Box::pin(async move {
-            let sql = list_statement(LIST_COLUMNS, filter, |_| "?".to_owned());
+            let sql = list_statement(
+                LIST_COLUMNS,
+                filter,
+                |_| "?".to_owned(),
+                " FORCE INDEX (idem_keys_open)",
+            );
             let rows = bind_list(sqlx::query(&sql), filter).fetch_all(pool).await?;
             rows.iter().map(record_from_row).collect()
         })
