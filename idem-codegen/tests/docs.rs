@@ -525,3 +525,61 @@ fn the_python_example_is_valid_python() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// With every write keyed the page lists no unsafe endpoint, and says what
+/// an optional key leaves open: a request sent without it.
+#[test]
+fn an_optional_key_is_named_where_no_endpoint_is_unsafe() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = |key: &str| {
+        let spec = dir.path().join(format!("tips-{key}.yaml"));
+        std::fs::write(
+            &spec,
+            format!(
+                r#"openapi: 3.0.3
+info: {{ title: Tips, version: "1" }}
+servers: [{{ url: "https://api.tips.example" }}]
+paths:
+  /tips:
+    post:
+      operationId: createTip
+      summary: Leave a tip
+      x-idempotency: {{ key: {key} }}
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [amount]
+              properties: {{ amount: {{ type: integer }} }}
+      responses:
+        "201": {{ description: Left }}
+"#
+            ),
+        )
+        .unwrap();
+        docs::render(&model_of(&spec)).unwrap()
+    };
+    let p = page("optional");
+    let prose = flat(&p.markdown);
+    has(
+        &prose,
+        "None: every endpoint that changes state accepts a key or is idempotent. Where the key is *optional*",
+    );
+    has(
+        &prose,
+        "a request sent without one runs unprotected: it is unsafe to retry",
+    );
+    has(
+        &p.html,
+        "Where the key is <em>optional</em> (see the keyed endpoints above)",
+    );
+    // A required key leaves nothing open: the page says "None" alone.
+    let p = page("required");
+    has(
+        &flat(&p.markdown),
+        "None: every endpoint that changes state accepts a key or is idempotent.",
+    );
+    assert!(!p.markdown.contains("Where the key is *optional*"));
+}

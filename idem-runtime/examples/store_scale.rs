@@ -8,6 +8,8 @@
 //!     --store sqlite|postgres|mysql [--url URL] [--rows 0,1000000,10000000] \
 //!     [--open 0.001] [--concurrency 16] [--seconds 10] [--reap-seconds S] \
 //!     [--explain]
+//! cargo run --release -p idem-runtime --example store_scale -- \
+//!     --store sqlite|postgres|mysql --soak MINUTES [--rows 1000000] [--retention 20]
 //! ```
 //!
 //! PostgreSQL and MySQL/MariaDB take `--url`, or `IDEM_TEST_DATABASE_URL` and
@@ -37,10 +39,17 @@
 //!   `--reap-seconds` cuts the pass off there and counts what it deleted.
 //!
 //! `--explain` prints each periodic statement's plan.
+//!
+//! `--soak` runs the table through turnover instead: records kept
+//! `--retention` minutes, claimed at the pace that keeps the table at
+//! `--rows`, the reaper deleting what expires, and a line a minute with the
+//! table's size and what the engine says deleting left behind (PostgreSQL's
+//! dead rows and vacuums, InnoDB's free space and purge backlog, SQLite's
+//! free pages).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
@@ -67,6 +76,8 @@ struct Fill {
     to: i64,
     total: i64,
     start_ms: i64,
+    /// The span the records are claimed over, from `start_ms`.
+    window_ms: i64,
     /// One phased record in `open_every` is open (in flight or exhausted).
     open_every: i64,
 }
@@ -74,6 +85,9 @@ struct Fill {
 /// The engine-specific half of the bench: its bulk fill, its sizes and its
 /// plans.
 trait Scale: Backend + Inspect {
+    /// What the completer's scan names after `FROM idem_keys` (MariaDB is
+    /// told which index to read when it pages through the open records).
+    const OPEN_INDEX_HINT: &'static str = "";
     /// Drops idem's tables and the bench's own, so `migrate` starts afresh.
     fn reset(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<()>>;
     /// Writes the records and steps of `fill`.
@@ -84,6 +98,9 @@ trait Scale: Backend + Inspect {
     fn bytes(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<(i64, i64)>>;
     /// How many records the key table holds claimed before `before` (ms).
     fn records(pool: &Pool<Self>, before: i64) -> BoxFuture<'_, anyhow::Result<i64>>;
+    /// What deleting leaves behind in the key table, by the engine's own
+    /// measures: dead rows and vacuums, free space, a purge backlog.
+    fn churn(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<Vec<(&'static str, i64)>>>;
     /// The plan of `sql` with its `binds` (integers) in place.
     fn explain<'a>(
         pool: &'a Pool<Self>,
@@ -165,9 +182,10 @@ impl Scale for Postgres {
 
     fn fill<'a>(pool: &'a Pool<Self>, fill: &'a Fill) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
+            let window = fill.window_ms;
             let rows = format!(
                 "FROM (SELECT g, g % 10 = 0 AS p, g % 10 = 0 AND (g / 10) % $5 = 0 AS o, \
-                 $4 + g * {WINDOW_MS} / $3 AS t FROM generate_series($1::bigint, $2 - 1) g) s"
+                 $4 + g * {window} / $3 AS t FROM generate_series($1::bigint, $2 - 1) g) s"
             );
             let keys = format!(
                 "INSERT INTO idem_keys ({FILL_COLUMNS}) SELECT {} {rows}",
@@ -226,6 +244,19 @@ impl Scale for Postgres {
         })
     }
 
+    fn churn(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<Vec<(&'static str, i64)>>> {
+        Box::pin(async move {
+            // By the table's oid: every test schema has an `idem_keys`.
+            let (dead, vacuums): (i64, i64) = sqlx::query_as(
+                "SELECT n_dead_tup, autovacuum_count + vacuum_count FROM pg_stat_user_tables \
+                 WHERE relid = 'idem_keys'::regclass",
+            )
+            .fetch_one(pool)
+            .await?;
+            Ok(vec![("dead rows", dead), ("vacuums", vacuums)])
+        })
+    }
+
     fn explain<'a>(
         pool: &'a Pool<Self>,
         sql: &'a str,
@@ -261,6 +292,8 @@ impl Scale for Postgres {
 }
 
 impl Scale for MySql {
+    const OPEN_INDEX_HINT: &'static str = " FORCE INDEX (idem_keys_open)";
+
     fn reset(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<()>> {
         Box::pin(async move {
             sqlx::raw_sql(
@@ -281,12 +314,13 @@ impl Scale for MySql {
         Box::pin(async move {
             // The record numbers from..to as six digit tables joined: no
             // recursion limits, the same on MySQL and MariaDB.
+            let window = fill.window_ms;
             let numbers = "SELECT ? + a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d \
                  + 100000 * h.d AS g FROM scale_digits a, scale_digits b, scale_digits c, \
                  scale_digits e, scale_digits f, scale_digits h";
             let rows = format!(
                 "FROM (SELECT g, g % 10 = 0 AS p, g % 10 = 0 AND (g DIV 10) % ? = 0 AS o, \
-                 ? + g * {WINDOW_MS} DIV ? AS t FROM ({numbers}) n WHERE g < ?) s"
+                 ? + g * {window} DIV ? AS t FROM ({numbers}) n WHERE g < ?) s"
             );
             let keys = format!(
                 "INSERT INTO idem_keys ({FILL_COLUMNS}) SELECT {} {rows}",
@@ -344,6 +378,28 @@ impl Scale for MySql {
             )
             .fetch_one(pool)
             .await?)
+        })
+    }
+
+    fn churn(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<Vec<(&'static str, i64)>>> {
+        Box::pin(async move {
+            let free: i64 = sqlx::query_scalar(
+                "SELECT CAST(data_free AS SIGNED) FROM information_schema.tables \
+                 WHERE table_schema = DATABASE() AND table_name = 'idem_keys'",
+            )
+            .fetch_one(pool)
+            .await?;
+            // Undo logs not yet purged: deleted rows InnoDB still keeps.
+            let backlog: Option<i64> = sqlx::query_scalar(
+                "SELECT CAST(count AS SIGNED) FROM information_schema.innodb_metrics \
+                 WHERE name = 'trx_rseg_history_len'",
+            )
+            .fetch_optional(pool)
+            .await?;
+            Ok(vec![
+                ("free MB", free >> 20),
+                ("purge backlog", backlog.unwrap_or(-1)),
+            ])
         })
     }
 
@@ -442,10 +498,11 @@ impl Scale for Sqlite {
         Box::pin(async move {
             // SQLite has no md5(): the fingerprint is the record number in
             // 64 digits, which takes the same room.
+            let window = fill.window_ms;
             let rows = format!(
                 "FROM (WITH RECURSIVE n(g) AS (SELECT $1 UNION ALL SELECT g + 1 FROM n \
                  WHERE g + 1 < $2) SELECT g, g % 10 = 0 AS p, \
-                 g % 10 = 0 AND (g / 10) % $5 = 0 AS o, $4 + g * {WINDOW_MS} / $3 AS t FROM n) s"
+                 g % 10 = 0 AND (g / 10) % $5 = 0 AS o, $4 + g * {window} / $3 AS t FROM n) s"
             );
             let keys = format!(
                 "INSERT INTO idem_keys ({FILL_COLUMNS}) SELECT {} {rows}",
@@ -505,6 +562,18 @@ impl Scale for Sqlite {
         })
     }
 
+    fn churn(pool: &Pool<Self>) -> BoxFuture<'_, anyhow::Result<Vec<(&'static str, i64)>>> {
+        Box::pin(async move {
+            let (free, size): (i64, i64) = sqlx::query_as(
+                "SELECT (SELECT freelist_count FROM pragma_freelist_count()), \
+                 (SELECT page_size FROM pragma_page_size())",
+            )
+            .fetch_one(pool)
+            .await?;
+            Ok(vec![("free MB", (free * size) >> 20)])
+        })
+    }
+
     fn explain<'a>(
         pool: &'a Pool<Self>,
         sql: &'a str,
@@ -547,27 +616,56 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-async fn order<DB: Scale>(key: IdempotencyKey, mut tx: IdemTx<DB>, body: Bytes) -> Response {
+async fn order<DB: Scale>(key: IdempotencyKey, tx: IdemTx<DB>, body: Bytes) -> Response {
+    place(key, tx, body, "{\"status\":\"accepted\"}".to_owned()).await
+}
+
+/// The soak's order: its answer (and so its stored response) about 500
+/// bytes, like the filled records'.
+async fn receipt<DB: Scale>(key: IdempotencyKey, tx: IdemTx<DB>, body: Bytes) -> Response {
+    let receipt = format!(
+        "{{\"status\":\"accepted\",\"receipt\":\"{}\"}}",
+        "0123456789abcdef".repeat(30)
+    );
+    place(key, tx, body, receipt).await
+}
+
+/// Writes the order in the request's transaction and answers `201` with
+/// `answer`.
+async fn place<DB: Scale>(
+    key: IdempotencyKey,
+    mut tx: IdemTx<DB>,
+    body: Bytes,
+    answer: String,
+) -> Response {
     match DB::order(&mut tx, &key.scope, &body).await {
-        Ok(()) => (StatusCode::CREATED, "{\"status\":\"accepted\"}").into_response(),
+        Ok(()) => (StatusCode::CREATED, answer).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
 
-/// The server, with its records kept for 48 hours: the oldest of the
-/// filled 72 are the reaper's.
-async fn serve<DB: Scale>(store: Store<DB>) -> anyhow::Result<(SocketAddr, Idempotency<DB>)> {
+/// The server, with its records kept for `reaper_after` and replayed for
+/// half of it.
+async fn serve<DB: Scale>(
+    store: Store<DB>,
+    reaper_after: Duration,
+) -> anyhow::Result<(SocketAddr, Idempotency<DB>)> {
     let policy = Policy::new()
-        .replay_window(Duration::from_secs(24 * 3600))
-        .reaper_after(Duration::from_secs(48 * 3600));
+        .replay_window(reaper_after / 2)
+        .reaper_after(reaper_after);
     let idem = Idempotency::builder(store)
         .policy(policy)
         .scope(HeaderScope::new("x-account-id"))
         .build()?;
-    let app = Router::new().route(
-        "/orders",
-        post(order::<DB>).route_layer(idem.layer().operation("createOrder")),
-    );
+    let app = Router::new()
+        .route(
+            "/orders",
+            post(order::<DB>).route_layer(idem.layer().operation("createOrder")),
+        )
+        .route(
+            "/receipts",
+            post(receipt::<DB>).route_layer(idem.layer().operation("createReceipt")),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move {
@@ -576,6 +674,24 @@ async fn serve<DB: Scale>(store: Store<DB>) -> anyhow::Result<(SocketAddr, Idemp
         }
     });
     Ok((addr, idem))
+}
+
+/// One keyed POST, the `i`th of its task (scoped to one of 5,000
+/// accounts): how long it took to its `201`, or `None` for anything else.
+async fn keyed(client: &reqwest::Client, url: &str, i: u64, key: &str) -> Option<Duration> {
+    let started = Instant::now();
+    let answer = client
+        .post(url)
+        .header("x-account-id", format!("acct_{}", i % 5000))
+        .header("idempotency-key", key)
+        .header("content-type", "application/json")
+        .body(r#"{"amount":1999,"currency":"EUR","customer":"cus_42"}"#)
+        .send()
+        .await
+        .ok()
+        .filter(|r| r.status() == StatusCode::CREATED)?;
+    answer.bytes().await.ok()?;
+    Some(started.elapsed())
 }
 
 /// Keyed requests from `concurrency` tasks until `stop` is set: each
@@ -597,21 +713,16 @@ async fn load(
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
-                let started = Instant::now();
-                let sent = client
-                    .post(format!("http://{addr}/orders"))
-                    .header("x-account-id", format!("acct_{}", i % 5000))
-                    .header("idempotency-key", format!("{tag}-{i}"))
-                    .header("content-type", "application/json")
-                    .body(r#"{"amount":1999,"currency":"EUR","customer":"cus_42"}"#)
-                    .send()
-                    .await;
-                match sent {
-                    Ok(r) if r.status() == StatusCode::CREATED => {
-                        let _ = r.bytes().await;
-                        latencies.push(started.elapsed());
-                    }
-                    _ => {
+                match keyed(
+                    &client,
+                    &format!("http://{addr}/orders"),
+                    i,
+                    &format!("{tag}-{i}"),
+                )
+                .await
+                {
+                    Some(took) => latencies.push(took),
+                    None => {
                         errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -679,6 +790,8 @@ struct Args {
     seconds: f64,
     reap_seconds: Option<f64>,
     explain: bool,
+    soak_minutes: Option<f64>,
+    retention_minutes: f64,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -691,6 +804,8 @@ fn args() -> anyhow::Result<Args> {
         seconds: 10.0,
         reap_seconds: None,
         explain: false,
+        soak_minutes: None,
+        retention_minutes: 20.0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -710,6 +825,10 @@ fn args() -> anyhow::Result<Args> {
             "--seconds" => args.seconds = value()?.parse()?,
             "--reap-seconds" => args.reap_seconds = Some(value()?.parse()?),
             "--explain" => args.explain = true,
+            "--soak" => args.soak_minutes = Some(value()?.parse().context("--soak takes minutes")?),
+            "--retention" => {
+                args.retention_minutes = value()?.parse().context("--retention takes minutes")?;
+            }
             other => bail!("unknown argument {other}"),
         }
     }
@@ -720,7 +839,7 @@ fn args() -> anyhow::Result<Args> {
 }
 
 /// The periodic statements, with the binds `--explain` gives them.
-fn periodic(now: i64, batch: i64) -> Vec<(&'static str, String, Vec<i64>)> {
+fn periodic(now: i64, batch: i64, hint: &str) -> Vec<(&'static str, String, Vec<i64>)> {
     let lock_cutoff = now - 30_000;
     vec![
         (
@@ -732,10 +851,12 @@ fn periodic(now: i64, batch: i64) -> Vec<(&'static str, String, Vec<i64>)> {
         ),
         (
             "completer's due scan",
-            "SELECT scope, idem_key FROM idem_keys WHERE request_method IS NOT NULL \
-             AND state = 'in_flight' AND (locked_at IS NULL OR locked_at < $1) \
-             AND (next_attempt_at IS NULL OR next_attempt_at <= $2) ORDER BY created_at LIMIT $3"
-                .to_owned(),
+            format!(
+                "SELECT scope, idem_key FROM idem_keys{hint} WHERE request_method IS NOT NULL \
+                 AND state = 'in_flight' AND (locked_at IS NULL OR locked_at < $1) \
+                 AND (next_attempt_at IS NULL OR next_attempt_at <= $2) \
+                 ORDER BY created_at LIMIT $3"
+            ),
             vec![lock_cutoff, now, 100],
         ),
         (
@@ -748,12 +869,18 @@ fn periodic(now: i64, batch: i64) -> Vec<(&'static str, String, Vec<i64>)> {
     ]
 }
 
-async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow::Result<Figures> {
+/// Drops and recreates idem's tables, and fills them with `rows` records
+/// claimed over the `window_ms` before `now`: the seconds it took.
+async fn fill_table<DB: Scale>(
+    store: &Store<DB>,
+    args: &Args,
+    rows: i64,
+    now: i64,
+    window_ms: i64,
+) -> anyhow::Result<f64> {
     let pool = store.pool();
     DB::reset(pool).await?;
     store.migrate().await?;
-    let now = now_ms();
-    let start_ms = now - WINDOW_MS;
     // One phased record in ten; of those, one in `open_every` is open.
     let open_every = if args.open > 0.0 {
         ((0.1 / args.open).round() as i64).max(1)
@@ -770,7 +897,8 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
                 from,
                 to,
                 total: rows,
-                start_ms,
+                start_ms: now - window_ms,
+                window_ms,
                 open_every,
             },
         )
@@ -783,10 +911,17 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
         );
     }
     DB::analyze(pool).await?;
-    let fill_s = filling.elapsed().as_secs_f64();
     if rows > 0 {
         eprintln!();
     }
+    Ok(filling.elapsed().as_secs_f64())
+}
+
+async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow::Result<Figures> {
+    let pool = store.pool();
+    let now = now_ms();
+    let start_ms = now - WINDOW_MS;
+    let fill_s = fill_table(store, args, rows, now, WINDOW_MS).await?;
     let (table, index) = DB::bytes(pool).await?;
     let per = |b: i64| {
         if rows > 0 {
@@ -891,7 +1026,7 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
         .await?,
     ));
     if args.explain {
-        for (name, sql, binds) in periodic(now, DB::REAP_BATCH) {
+        for (name, sql, binds) in periodic(now, DB::REAP_BATCH, DB::OPEN_INDEX_HINT) {
             println!(
                 "\n-- {name} at {rows} records\n{}",
                 DB::explain(pool, &sql, &binds).await?
@@ -900,7 +1035,9 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
     }
 
     // Keyed requests alone, then beside a reaper pass over the oldest day.
-    let (addr, idem) = serve(store.clone()).await?;
+    // Records kept for 48 hours: the oldest of the filled 72 are the
+    // reaper's.
+    let (addr, idem) = serve(store.clone(), Duration::from_secs(48 * 3600)).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let running = tokio::spawn(load(
         addr,
@@ -950,14 +1087,21 @@ async fn measure<DB: Scale>(store: &Store<DB>, args: &Args, rows: i64) -> anyhow
         let filled_before = now_ms();
         let before = DB::records(store.pool(), filled_before).await?;
         let started = Instant::now();
-        let deleted = match args.reap_seconds {
-            None => idem.reap().await?.deleted,
+        // The pass's own length: counting what a cut-off pass deleted
+        // takes a while on a big table, and is not the pass.
+        let (deleted, seconds) = match args.reap_seconds {
+            None => {
+                let deleted = idem.reap().await?.deleted;
+                (deleted, started.elapsed().as_secs_f64())
+            }
             Some(limit) => {
                 let _ = tokio::time::timeout(Duration::from_secs_f64(limit), idem.reap()).await;
-                usize::try_from(before - DB::records(store.pool(), filled_before).await?)?
+                let seconds = started.elapsed().as_secs_f64();
+                stop.store(true, Ordering::Relaxed);
+                let left = DB::records(store.pool(), filled_before).await?;
+                (usize::try_from(before - left)?, seconds)
             }
         };
-        let seconds = started.elapsed().as_secs_f64();
         stop.store(true, Ordering::Relaxed);
         let (mut during, errors) = running.await?;
         if errors > 0 {
@@ -1064,7 +1208,130 @@ fn print(engine: &str, concurrency: usize, all: &[Figures]) {
     );
 }
 
+/// `--soak MINUTES`: the key table turning over. It is filled with one
+/// size of records claimed over the last `--retention` minutes, the
+/// server keeps records that long (the reaper and completer on their
+/// 10-second timer), and keyed requests arrive at the pace that claims as
+/// many records as the retention holds. Every minute it prints the
+/// records, the bytes, what deleting leaves behind, and the minute's p99.
+async fn soak<DB: Scale>(store: Store<DB>, args: &Args, minutes: f64) -> anyhow::Result<()> {
+    let rows = args.rows.last().copied().unwrap_or(1_000_000);
+    let retention = Duration::from_secs_f64(args.retention_minutes * 60.0);
+    let retention_ms = i64::try_from(retention.as_millis())?;
+    let rate = rows as f64 / retention.as_secs_f64();
+    eprintln!(
+        "{}: soak, {rows} records kept {} minutes, {rate:.0} keyed requests a second for {minutes} \
+         minutes",
+        args.engine, args.retention_minutes
+    );
+    fill_table(&store, args, rows, now_ms(), retention_ms).await?;
+    let pool = store.pool().clone();
+    let (addr, idem) = serve(store, retention).await?;
+    let jobs = idem.spawn_background_jobs(Duration::from_secs(10));
+    let stop = Arc::new(AtomicBool::new(false));
+    let latencies = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let errors = Arc::new(AtomicU64::new(0));
+    let running = tokio::spawn(paced_load(
+        addr,
+        args.concurrency,
+        rate,
+        Arc::clone(&stop),
+        Arc::clone(&latencies),
+        Arc::clone(&errors),
+    ));
+    let churn_names: Vec<&str> = DB::churn(&pool).await?.iter().map(|c| c.0).collect();
+    let mut header = format!(
+        "{:>6} {:>10} {:>10} {:>10}",
+        "minute", "records", "table MB", "index MB"
+    );
+    for name in &churn_names {
+        header.push_str(&format!(" {name:>13}"));
+    }
+    header.push_str(&format!(
+        " {:>9} {:>9} {:>7}",
+        "requests", "p99 (ms)", "errors"
+    ));
+    println!(
+        "\n{}: soak, {rows} records kept {} minutes\n{header}",
+        args.engine, args.retention_minutes
+    );
+    let started = Instant::now();
+    let mut minute = 0u32;
+    while started.elapsed().as_secs_f64() < minutes * 60.0 {
+        minute += 1;
+        let due = Duration::from_secs(u64::from(minute) * 60);
+        tokio::time::sleep(due.saturating_sub(started.elapsed())).await;
+        let mut those =
+            std::mem::take(&mut *latencies.lock().unwrap_or_else(PoisonError::into_inner));
+        let requests = those.len();
+        let (_, p99) = percentiles(&mut those);
+        let records = DB::records(&pool, i64::MAX).await?;
+        let (table, index) = DB::bytes(&pool).await?;
+        let mut line = format!(
+            "{minute:>6} {records:>10} {:>10} {:>10}",
+            table >> 20,
+            index >> 20
+        );
+        for (_, value) in DB::churn(&pool).await? {
+            line.push_str(&format!(" {value:>13}"));
+        }
+        line.push_str(&format!(
+            " {requests:>9} {p99:>9.2} {:>7}",
+            errors.swap(0, Ordering::Relaxed)
+        ));
+        println!("{line}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    running.await?;
+    jobs.abort();
+    Ok(())
+}
+
+/// Keyed requests at `rate` a second, spread over `concurrency` tasks,
+/// until `stop` is set; each latency goes to `latencies`.
+async fn paced_load(
+    addr: SocketAddr,
+    concurrency: usize,
+    rate: f64,
+    stop: Arc<AtomicBool>,
+    latencies: Arc<std::sync::Mutex<Vec<Duration>>>,
+    errors: Arc<AtomicU64>,
+) {
+    let client = reqwest::Client::new();
+    let period = Duration::from_secs_f64(concurrency as f64 / rate.max(1.0));
+    let mut tasks = Vec::new();
+    for task in 0..concurrency {
+        let (client, stop) = (client.clone(), Arc::clone(&stop));
+        let (latencies, errors) = (Arc::clone(&latencies), Arc::clone(&errors));
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                i += 1;
+                let url = format!("http://{addr}/receipts");
+                match keyed(&client, &url, i, &format!("soak-{task}-{i}")).await {
+                    Some(took) => latencies
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(took),
+                    None => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+}
+
 async fn run<DB: Scale>(store: Store<DB>, args: &Args) -> anyhow::Result<()> {
+    if let Some(minutes) = args.soak_minutes {
+        return soak(store, args, minutes).await;
+    }
     let mut all = Vec::new();
     for &rows in &args.rows {
         eprintln!("{}: {rows} records", args.engine);

@@ -265,6 +265,9 @@ pub struct DocsView {
     pub unsafe_endpoints: Vec<Endpoint>,
     /// Unsafe endpoints without a warning (class `unsafe`), counted.
     pub undocumented_unsafe: usize,
+    /// Keyed endpoints whose key is optional, counted: sent without one,
+    /// they are unsafe to retry.
+    pub optional_keys: usize,
     pub safe: Vec<Endpoint>,
     /// Operations whose own p99 differs from the API-wide one.
     pub timeouts: Vec<Endpoint>,
@@ -382,6 +385,7 @@ impl DocsView {
                 .collect(),
             wire: wire(&header, &key, header_keys, mismatch_status(&keyed_ops)),
             undocumented_unsafe: ops.iter().filter(|o| o.class == RetryClass::Unsafe).count(),
+            optional_keys: keyed.iter().filter(|e| !e.key_required).count(),
             toc_open: ops.len() <= 40,
             error_body_note: error_body_note(model, &keyed_ops),
             example: shown.map(|o| example(model, o, &key)),

@@ -224,6 +224,72 @@ fn verb_effect(word: &str) -> Option<Effect> {
     })
 }
 
+/// What a call charges or pays back when a sentence says so in the
+/// passive: the noun, then the participle after `is`, `are`, `will be` or
+/// `gets`.
+const MONEY_NOUNS: &[&str] = &[
+    "fee",
+    "fees",
+    "penalty",
+    "penalties",
+    "fine",
+    "charge",
+    "charges",
+    "deposit",
+    "deposits",
+    "refund",
+    "amount",
+    "payment",
+    "surcharge",
+];
+
+/// The start of "a late fee is charged" when the participle at `at` ends
+/// it: a money noun within two words before the verb `is`/`are`/`be`/
+/// `gets`, in the same sentence, and no negation before the noun ("no fee
+/// is charged").
+fn passive_money(toks: &[Token], at: usize) -> Option<usize> {
+    if !matches!(
+        toks[at].word.as_str(),
+        "charged" | "billed" | "debited" | "refunded" | "deducted" | "collected"
+    ) || at < 2
+    {
+        return None;
+    }
+    let sentence = toks[at].sentence;
+    let verb = &toks[at - 1];
+    if verb.sentence != sentence || !matches!(verb.word.as_str(), "is" | "are" | "be" | "gets") {
+        return None;
+    }
+    // "will be charged": the noun stands before "will".
+    let before = if verb.word == "be" && at >= 3 && toks[at - 2].word == "will" {
+        at - 2
+    } else {
+        at - 1
+    };
+    let noun = (before.saturating_sub(2)..before)
+        .rev()
+        .find(|&i| toks[i].sentence == sentence && MONEY_NOUNS.contains(&toks[i].word.as_str()))?;
+    if negated(toks, noun) {
+        return None;
+    }
+    // From the noun's article ("a late fee", "the deposit"), as a person
+    // would quote it.
+    let article = |i: usize| {
+        toks[i].sentence == sentence
+            && matches!(
+                toks[i].word.as_str(),
+                "a" | "an" | "the" | "any" | "its" | "your" | "their"
+            )
+    };
+    Some(if noun >= 1 && article(noun - 1) {
+        noun - 1
+    } else if noun >= 2 && article(noun - 2) {
+        noun - 2
+    } else {
+        noun
+    })
+}
+
 /// Verbs that are also common nouns: they count only followed by an object.
 fn needs_object(word: &str) -> bool {
     matches!(
@@ -323,6 +389,19 @@ fn repeat_effect(
         };
         if negated(toks, at) {
             continue;
+        }
+        // "a late fee is charged", "the deposit will be refunded": money
+        // moved by the call, in the passive, in any sentence of a
+        // description (a later sentence tells what else the call does).
+        if kind != TextKind::Name
+            && !field
+            && let Some(first) = passive_money(toks, at)
+        {
+            return Some(Claim {
+                effect: Effect::External,
+                first,
+                last: at,
+            });
         }
         // "a new version" is no verb: it is read wherever it stands.
         if word == "new"

@@ -231,11 +231,13 @@ pub(crate) fn show(found: &Inspected, now: i64, view: &ShowView) -> String {
         line("attempts", &r.attempts.to_string());
     }
     line("completer", &next);
+    // When the reaper may delete it: ahead ("in 2d 23h") or already due.
     line(
-        "reaped",
+        "reaper due",
         &format!(
-            "{}  (reaper-after {})",
-            when(Some(reaped_at), now),
+            "{}  ({}; reaper-after {})",
+            rfc3339(reaped_at),
+            age(reaped_at, now),
             span(u64::try_from(millis(view.reaper_after)).unwrap_or(0))
         ),
     );

@@ -114,6 +114,43 @@ fn counters_increment_and_decrement() {
 }
 
 #[test]
+fn money_moved_in_the_passive_calls_out() {
+    assert_eq!(
+        put(
+            TextKind::Prose,
+            "Cancels the booking. If it is cancelled within a day of arrival, a late fee is charged."
+        ),
+        says(Effect::External, "a late fee is charged")
+    );
+    assert_eq!(
+        put(
+            TextKind::Prose,
+            "Ends the lease; the deposit will be refunded to the card on file."
+        ),
+        says(Effect::External, "the deposit will be refunded")
+    );
+    // Denied, or not money: nothing.
+    assert_eq!(
+        put(TextKind::Prose, "Cancels the booking. No fee is charged."),
+        None
+    );
+    assert_eq!(
+        put(
+            TextKind::Prose,
+            "Replaces the profile. The user is notified by the app."
+        ),
+        None
+    );
+    assert_eq!(
+        put(
+            TextKind::Prose,
+            "Sets the price at which the item is charged."
+        ),
+        None
+    );
+}
+
+#[test]
 fn sending_and_money_call_out() {
     assert_eq!(
         put(

@@ -639,14 +639,22 @@ impl Backend for MySql {
                 return Ok(reaped);
             }
             let pairs = vec!["(?, ?)"; reaped.len()].join(", ");
-            for table in ["idem_steps", "idem_keys"] {
-                let sql = format!("DELETE FROM {table} WHERE (scope, idem_key) IN ({pairs})");
-                let mut query = sqlx::query(&sql);
-                for r in &reaped {
-                    query = query.bind(&r.scope).bind(&r.key);
-                }
-                query.execute(&mut *conn).await?;
+            let sql = format!("DELETE FROM idem_steps WHERE (scope, idem_key) IN ({pairs})");
+            let mut query = sqlx::query(&sql);
+            for r in &reaped {
+                query = query.bind(&r.scope).bind(&r.key);
             }
+            query.execute(&mut *conn).await?;
+            // By the whole primary key: the batch's rows are neighbours in
+            // it, reached without a lookup through the unique key.
+            let triples = vec!["(?, ?, ?)"; reaped.len()].join(", ");
+            let sql =
+                format!("DELETE FROM idem_keys WHERE (created_at, scope, idem_key) IN ({triples})");
+            let mut query = sqlx::query(&sql);
+            for r in &reaped {
+                query = query.bind(r.created_at).bind(&r.scope).bind(&r.key);
+            }
+            query.execute(&mut *conn).await?;
             Ok(reaped)
         })
     }

@@ -10,7 +10,7 @@ use super::super::error::StoreError;
 use super::super::sql::Migration;
 
 /// The newest schema version this build writes on the MySQL family.
-pub(super) const SCHEMA_VERSION: i64 = 2;
+pub(super) const SCHEMA_VERSION: i64 = 3;
 
 const MIGRATIONS: &[Migration] = &[
     Migration {
@@ -22,6 +22,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 2,
         description: "operation names on every record, and the open records' index",
         sql: include_str!("../../../../migrations/mysql/0002_open_records.sql"),
+    },
+    Migration {
+        version: 3,
+        description: "records in claim-time order, one per key by a unique key",
+        sql: include_str!("../../../../migrations/mysql/0003_claim_time_order.sql"),
     },
 ];
 
