@@ -479,9 +479,11 @@ async fn idem_keys_reads_what_requests_wrote() {
     let (code, out, err) = keys(&url, &["stats"], &[]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("replication: synchronous_commit = on, standbys: none"),
+        out.contains("replication: not synchronous") && out.contains("standbys: none"),
         "{out}"
     );
+    assert!(out.contains("server: 127.0.0.1:"), "{out}");
+    assert!(out.contains("(timeline 1)"), "{out}");
     assert!(!out.contains("warning:"), "{out}");
     let (_, out, _) = keys(&url, &["stats", "--format", "json"], &[]);
     let stats: Value = serde_json::from_str(&out).unwrap();
@@ -491,6 +493,25 @@ async fn idem_keys_reads_what_requests_wrote() {
         "{out}"
     );
     assert_eq!(stats["replication"]["warning"], Value::Null, "{out}");
+    assert_eq!(
+        stats["replication"]["synchronous"],
+        Value::Bool(false),
+        "{out}"
+    );
+    assert_eq!(stats["server"]["timeline"], serde_json::json!(1), "{out}");
+    assert_eq!(
+        stats["server"]["managed_by_patroni"],
+        Value::Bool(false),
+        "{out}"
+    );
+    // A Patroni REST API that is not there is said so, and the rest
+    // still prints.
+    let (code, out, _) = keys(&url, &["stats", "--patroni", "http://127.0.0.1:1"], &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("could not ask Patroni at http://127.0.0.1:1"),
+        "{out}"
+    );
     // A host list, its first host down, reaches the second.
     let listed = url.replacen("@", "@127.0.0.1:1,", 1);
     let (code, out, err) = keys(&listed, &["stats"], &[]);

@@ -276,7 +276,7 @@ impl Cluster {
 }
 
 /// The processes whose parent is `pid`, from `/proc`.
-fn children_of(pid: &str) -> Vec<String> {
+pub(crate) fn children_of(pid: &str) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };

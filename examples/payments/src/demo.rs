@@ -102,17 +102,21 @@ impl Server {
                 .stderr(std::process::Stdio::piped());
         }
         let mut child = command.spawn().context("cannot start the server process")?;
+        // The rest of what it logs: why it exited, if it does.
+        let others: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
         if let (Some(warnings), Some(stderr)) = (&self.warnings, child.stderr.take()) {
-            let warnings = Arc::clone(warnings);
+            let (warnings, others) = (Arc::clone(warnings), Arc::clone(&others));
             tokio::spawn(async move {
                 let mut lines = BufReader::new(stderr).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
-                    if line.contains("WARN") {
-                        warnings
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .push(line);
-                    }
+                    let kept = if line.contains("WARN") {
+                        &warnings
+                    } else {
+                        &others
+                    };
+                    kept.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(line);
                 }
             });
         }
@@ -124,7 +128,14 @@ impl Server {
         let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
             .await
             .map_err(|_| anyhow::anyhow!("the server did not start listening within 30 s"))??
-            .context("the server exited before listening")?;
+            .with_context(|| {
+                // Its last words, when its stderr was read here.
+                let said = others
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .join("\n");
+                format!("the server exited before listening: {said}")
+            })?;
         self.listen = line
             .strip_prefix("listening on ")
             .and_then(|addr| addr.parse().ok())

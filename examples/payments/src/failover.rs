@@ -35,7 +35,7 @@ use crate::load::{self, Kind, Load};
 
 /// How long the bank takes to answer a transfer: some are at the bank
 /// when the primary goes.
-const TRANSFER_TAKES: Duration = Duration::from_millis(100);
+pub(crate) const TRANSFER_TAKES: Duration = Duration::from_millis(100);
 
 /// A transfer answered this long before the standby fell behind had its
 /// result recorded and replicated (the server commits it within
@@ -203,23 +203,28 @@ async fn pair(settings: &Settings, scenario: Scenario) -> anyhow::Result<(Cluste
 }
 
 /// The two servers of a scenario, each behind its own answer recorder.
-struct Fleet {
-    servers: Vec<Server>,
+pub(crate) struct Fleet {
+    pub(crate) servers: Vec<Server>,
     /// One client per server, through its recorder.
-    clients: Vec<Client>,
+    pub(crate) clients: Vec<Client>,
     /// What each server logged at `warn`.
-    warnings: Vec<Arc<std::sync::Mutex<Vec<String>>>>,
+    pub(crate) warnings: Vec<Arc<std::sync::Mutex<Vec<String>>>>,
 }
 
-/// Starts two servers on `url` (both nodes), paying out through `bank`,
-/// their answers recorded into `log`.
-async fn fleet(url: &str, bank: &Bank, began: Instant, log: &Log) -> anyhow::Result<Fleet> {
+/// Starts one server on each of `urls`, paying out through `bank`, their
+/// answers recorded into `log`.
+pub(crate) async fn fleet(
+    urls: &[String],
+    bank: &Bank,
+    began: Instant,
+    log: &Log,
+) -> anyhow::Result<Fleet> {
     let mut fleet = Fleet {
         servers: Vec::new(),
         clients: Vec::new(),
         warnings: Vec::new(),
     };
-    for _ in 0..2 {
+    for url in urls {
         let mut server = Server::new(
             url,
             [
@@ -277,7 +282,7 @@ async fn fault(
 
 /// Each payout's transfer has one derived key: the bank's accepted calls
 /// per key, and when the first was answered.
-fn transfers_per_key(bank: &Bank) -> HashMap<String, (usize, Instant)> {
+pub(crate) fn transfers_per_key(bank: &Bank) -> HashMap<String, (usize, Instant)> {
     let mut per_key: HashMap<String, (usize, Instant)> = HashMap::new();
     for call in bank.calls_to("transfers").iter().filter(|c| c.accepted) {
         let answered = call.at + TRANSFER_TAKES;
@@ -304,7 +309,7 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
         mut servers,
         clients,
         warnings,
-    } = fleet(&url, &bank, began, &log).await?;
+    } = fleet(&[url.clone(), url], &bank, began, &log).await?;
     let account = format!("acct-{:08x}", rand::random::<u32>());
     let (probe_stop, probed) = probe(servers.iter().map(Server::listen).collect(), began);
     let charges = Load::start(Kind::Charge, &clients, settings.workers, &account, 1, 0);
@@ -399,7 +404,7 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
 /// Sends one keyed charge every 20 ms, to each server in turn, without
 /// retrying, under an account of its own; returns when each succeeded
 /// (since `began`), once stopped.
-fn probe(
+pub(crate) fn probe(
     servers: Vec<std::net::SocketAddr>,
     began: Instant,
 ) -> (
@@ -467,7 +472,7 @@ fn summarize(outcome: &mut Outcome, answers: &[Answer], fault_at: Duration, prom
     outcome.after_promotion = first_success.map(|t| t - promoted_at);
 }
 
-fn ms(d: Duration) -> String {
+pub(crate) fn ms(d: Duration) -> String {
     format!("{:.0}", d.as_secs_f64() * 1000.0)
 }
 

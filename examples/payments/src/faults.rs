@@ -45,16 +45,24 @@ pub enum Fault {
     /// Phased payouts in flight (the bank answering slowly) when the
     /// postmaster is SIGKILLed; back 5 s later.
     Payouts,
+    /// Commits waiting for a synchronous standby that is gone
+    /// (`synchronous_standby_names` naming none that streams), every wait
+    /// cancelled (`pg_cancel_backend`) every 300 ms for the outage: each
+    /// COMMIT returns with "committed locally, but might not have been
+    /// replicated", what a primary being deposed answers. None may reach
+    /// a caller as a success.
+    Unreplicated,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 7] = [
         Fault::Restart,
         Fault::Crash,
         Fault::Down,
         Fault::Terminate,
         Fault::Hang,
         Fault::Payouts,
+        Fault::Unreplicated,
     ];
 
     fn name(self) -> &'static str {
@@ -65,6 +73,7 @@ impl Fault {
             Fault::Terminate => "backends terminated every 2 s",
             Fault::Hang => "hang (SIGSTOP)",
             Fault::Payouts => "payouts in flight, crash",
+            Fault::Unreplicated => "sync waits cancelled (committed locally only)",
         }
     }
 }
@@ -235,6 +244,10 @@ pub struct Outcome {
     /// Payouts: the transfers the bank made (distinct step keys; the bank
     /// is idempotent by key).
     pub transfers: Option<usize>,
+    /// Successes answered while every COMMIT returned without the
+    /// synchronous standby (from 1 s into the fault to its end): each
+    /// would be an answer a failover could take back.
+    pub unreplicated_successes: Option<usize>,
     pub seconds: f64,
 }
 
@@ -248,6 +261,7 @@ impl Outcome {
             && self.past_deadline == 0
             && self.reconciled == self.unknown
             && self.transfers.is_none_or(|t| t == self.calls)
+            && self.unreplicated_successes.is_none_or(|n| n == 0)
     }
 }
 
@@ -277,7 +291,7 @@ pub fn report(settings: &Settings, outcomes: &[Outcome]) -> String {
     for o in outcomes {
         let name = match o.fault {
             Some(Fault::Down) => format!("down, {} s", settings.outage.as_secs()),
-            Some(f @ (Fault::Terminate | Fault::Hang)) => {
+            Some(f @ (Fault::Terminate | Fault::Hang | Fault::Unreplicated)) => {
                 format!("{}, {} s", f.name(), settings.outage.min(BRIEF).as_secs())
             }
             f => f.map_or("", Fault::name).to_owned(),
@@ -308,6 +322,12 @@ pub fn report(settings: &Settings, outcomes: &[Outcome]) -> String {
             o.fault.map_or("", Fault::name),
             counts.join(", ")
         ));
+        if let Some(n) = o.unreplicated_successes {
+            out.push_str(&format!(
+                "  {}: {n} successes while every COMMIT returned unreplicated\n",
+                o.fault.map_or("", Fault::name),
+            ));
+        }
         if let Some(transfers) = o.transfers {
             out.push_str(&format!(
                 "  {}: {} payouts, {transfers} bank transfers\n",
@@ -467,6 +487,15 @@ async fn scenario(settings: &Settings, fault: Fault) -> anyhow::Result<Outcome> 
 
     let answers = log.lock().unwrap_or_else(PoisonError::into_inner).clone();
     summarize(&mut outcome, &answers, fault_at, back_at);
+    if fault == Fault::Unreplicated {
+        let window = fault_at + Duration::from_secs(1)..back_at;
+        outcome.unreplicated_successes = Some(
+            answers
+                .iter()
+                .filter(|a| (200..300).contains(&a.status) && window.contains(&(a.at + a.latency)))
+                .count(),
+        );
+    }
     outcome.seconds = began.elapsed().as_secs_f64();
     Ok(outcome)
 }
@@ -589,9 +618,33 @@ async fn charges(
             tokio::time::sleep(settings.outage.min(BRIEF)).await;
             cluster.signal("CONT", true)?;
         }
+        Fault::Unreplicated => {
+            cluster
+                .execute("ALTER SYSTEM SET synchronous_standby_names = 'absent'")
+                .await?;
+            cluster.execute("SELECT pg_reload_conf()").await?;
+            let until = Instant::now() + settings.outage.min(BRIEF);
+            while Instant::now() < until {
+                cluster
+                    .execute(
+                        "SELECT pg_cancel_backend(pid) FROM pg_stat_activity \
+                         WHERE wait_event = 'SyncRep'",
+                    )
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
         Fault::Payouts => unreachable!("payouts run on their own"),
     }
     let back_at = began.elapsed();
+    if fault == Fault::Unreplicated {
+        // Commits still waiting are released when the setting goes,
+        // without a warning: after `back_at`.
+        cluster
+            .execute("ALTER SYSTEM RESET synchronous_standby_names")
+            .await?;
+        cluster.execute("SELECT pg_reload_conf()").await?;
+    }
     tokio::time::sleep(settings.settle).await;
     stop.store(true, Ordering::Relaxed);
     while workers.join_next().await.is_some() {}

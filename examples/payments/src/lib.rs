@@ -19,6 +19,7 @@ pub mod faults;
 pub mod galera;
 mod load;
 pub mod outage;
+pub mod patroni;
 pub mod pgbouncer;
 pub mod server;
 

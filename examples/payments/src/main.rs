@@ -146,6 +146,33 @@ enum Command {
         #[arg(long)]
         galera: Option<std::path::PathBuf>,
     },
+    /// PostgreSQL under Patroni: etcd, three Patroni members and HAProxy on
+    /// loopback, two servers (through HAProxy, and given the host list)
+    /// under keyed load; the leader killed, hung and resumed, switched
+    /// over, a synchronous standby lost, etcd stopped. What was lost, done
+    /// twice, or answered by a member that was not the leader.
+    Patroni {
+        /// The scenarios (default: all, in order).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        only: Vec<payments_demo::patroni::Scenario>,
+        /// Workers charging orders, each call with its own key.
+        #[arg(long, default_value_t = 12)]
+        workers: usize,
+        /// Workers paying out through the bank stub.
+        #[arg(long, default_value_t = 3)]
+        payout_workers: usize,
+        /// Seconds of load before the fault and after it.
+        #[arg(long, default_value_t = 5)]
+        settle_secs: u64,
+        /// The `patroni` executable (default: Patroni from PyPI, in a
+        /// virtual environment created under the temporary directory).
+        #[arg(long)]
+        patroni: Option<std::path::PathBuf>,
+        /// PostgreSQL's server binaries; found under IDEM_PG_BIN,
+        /// /usr/lib/postgresql or PATH when not given.
+        #[arg(long)]
+        pg_bin: Option<std::path::PathBuf>,
+    },
     /// Serve the generated payments API (what the demo starts and kills).
     Serve {
         #[arg(long)]
@@ -336,6 +363,40 @@ async fn run(command: Command) -> anyhow::Result<bool> {
                 seconds,
                 mariadbd,
                 provider,
+            };
+            let outcomes = cluster::run(&settings).await?;
+            print!("{}", cluster::report(&settings, &outcomes));
+            Ok(outcomes.iter().all(cluster::Outcome::holds))
+        }
+        Command::Patroni {
+            only,
+            workers,
+            payout_workers,
+            settle_secs,
+            patroni,
+            pg_bin,
+        } => {
+            use payments_demo::patroni as cluster;
+            let pg_bin = pg_bin
+                .or_else(payments_demo::faults::find_pg_bin)
+                .context(NO_PG_BIN)?;
+            let tool = |name: &str, package: &str| {
+                cluster::find_tool(name).with_context(|| {
+                    format!("no `{name}` found: install it (Debian: apt-get install {package})")
+                })
+            };
+            let settings = cluster::Settings {
+                scenarios: all_unless(only, &cluster::Scenario::ALL),
+                workers,
+                payout_workers,
+                settle: std::time::Duration::from_secs(settle_secs),
+                patroni: match patroni {
+                    Some(path) => path,
+                    None => cluster::patroni_from_pypi().await?,
+                },
+                pg_bin,
+                etcd: tool("etcd", "etcd-server")?,
+                haproxy: tool("haproxy", "haproxy")?,
             };
             let outcomes = cluster::run(&settings).await?;
             print!("{}", cluster::report(&settings, &outcomes));

@@ -353,13 +353,18 @@ pub const MYSQL_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
     KEY charges_account (account, order_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4";
 
+/// PostgreSQL's: each charge also records the server that wrote it (the
+/// `idem.node` setting the Patroni scenario gives each member, `NULL`
+/// elsewhere) and when, for the scenarios' accounts afterwards.
 pub const POSTGRES_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
     id BIGSERIAL PRIMARY KEY,
     account TEXT NOT NULL,
     order_id TEXT NOT NULL,
     amount BIGINT NOT NULL,
     currency TEXT NOT NULL,
-    description TEXT
+    description TEXT,
+    written_on TEXT DEFAULT current_setting('idem.node', true),
+    written_at TIMESTAMPTZ DEFAULT clock_timestamp()
 )";
 
 /// Opens the store and serves the generated router on `listen` until

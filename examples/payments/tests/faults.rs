@@ -34,6 +34,10 @@ fn every_fault_keeps_the_protocol_and_reaches_no_caller_as_a_final_answer() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");
     assert!(
+        stdout.contains("0 successes while every COMMIT returned unreplicated"),
+        "{stdout}"
+    );
+    assert!(
         out.status.success(),
         "a fault broke the protocol (exit {:?}):\n{stdout}\n{}",
         out.status.code(),
@@ -46,6 +50,7 @@ fn every_fault_keeps_the_protocol_and_reaches_no_caller_as_a_final_answer() {
         "backends terminated",
         "hang (SIGSTOP), 5 s",
         "payouts in flight",
+        "sync waits cancelled",
     ] {
         assert!(
             stdout.contains(&format!("| {fault}")),

@@ -17,6 +17,7 @@ use idem_runtime::sqlx::{MySql, Postgres, Sqlite};
 
 use super::shared::{EXIT_CLEAN, EXIT_ERROR};
 
+mod patroni;
 mod render;
 
 /// How many scopes `show KEY` lists when several hold the key.
@@ -101,6 +102,11 @@ pub enum KeysCommand {
         /// The deployment's `reaper-after`.
         #[arg(long, value_name = "DURATION", default_value = "72h", value_parser = duration)]
         reaper_after: Duration,
+        /// A Patroni member's REST API (`http://db1:8008`): names the
+        /// member the store reads, its role, and the cluster's
+        /// synchronous mode, from `GET /cluster` and `GET /config`.
+        #[arg(long, value_name = "URL")]
+        patroni: Option<String>,
     },
     /// Make an exhausted phased record due again: the completer resumes it
     /// from its recovery point (finished steps never run again), with a
@@ -309,14 +315,31 @@ async fn on<DB: Inspect>(store: Store<DB>, url: &str, args: &KeysArgs) -> Result
                 code: EXIT_CLEAN,
             })
         }
-        KeysCommand::Stats { reaper_after } => {
+        KeysCommand::Stats {
+            reaper_after,
+            patroni,
+        } => {
             let now = idem_runtime::chrono::Utc::now().timestamp_millis();
             let stats = DB::stats(&store, now - millis(*reaper_after))
                 .await
                 .map_err(Failure::store)?;
             let replication = replication::<DB>(&store).await?;
+            let member = match patroni {
+                Some(url) => Some(
+                    patroni::member(url, replication.as_ref().and_then(|r| r.server.as_deref()))
+                        .await,
+                ),
+                None => None,
+            };
             Ok(Done {
-                text: render::stats(&stats, replication.as_ref(), now, *reaper_after, json),
+                text: render::stats(
+                    &stats,
+                    replication.as_ref(),
+                    member.as_ref(),
+                    now,
+                    *reaper_after,
+                    json,
+                ),
                 code: EXIT_CLEAN,
             })
         }

@@ -670,6 +670,7 @@ impl<DB: Backend> Idempotency<DB> {
                 }
             }
             if record.fingerprint != prepared.fingerprint {
+                self.confirm(tx, &prepared.scope, key).await.map_err(&err)?;
                 return Err(IdempotencyError::KeyReused {
                     status: policy.mismatch.status(),
                 });
@@ -677,7 +678,10 @@ impl<DB: Backend> Idempotency<DB> {
             match record.state {
                 KeyState::Complete => {
                     return match record.response {
-                        Some(response) => Ok(Claim::Replay(response)),
+                        Some(response) => {
+                            self.confirm(tx, &prepared.scope, key).await.map_err(&err)?;
+                            Ok(Claim::Replay(response))
+                        }
                         None => Err(err(StoreError::Corrupt {
                             what: "complete record without response",
                             value: key.to_owned(),
@@ -685,6 +689,7 @@ impl<DB: Backend> Idempotency<DB> {
                     };
                 }
                 KeyState::Exhausted => {
+                    self.confirm(tx, &prepared.scope, key).await.map_err(&err)?;
                     return Err(IdempotencyError::Exhausted {
                         recovery_point: record.recovery_point,
                         attempts: record.attempts,
@@ -825,8 +830,8 @@ impl<DB: Backend> Idempotency<DB> {
             Ok(false) => return IdempotencyError::LockLost.into_response(),
             Err(e) => return self.store_error(e).into_response(),
         }
-        if let Err(e) = tx.commit().await {
-            return self.store_error(e.into()).into_response();
+        if let Err(e) = self.inner.store.commit(tx).await {
+            return self.store_error(e).into_response();
         }
         marked(
             Response::from_parts(parts, Body::from(stored.body)),
@@ -910,12 +915,12 @@ impl<DB: Backend> Idempotency<DB> {
             .await
             {
                 Ok(Some(_)) => {
-                    return match tx.commit().await {
+                    return match self.inner.store.commit(tx).await {
                         Ok(()) => marked(
                             Response::from_parts(parts, Body::from(stored.body)),
                             Outcome::Executed,
                         ),
-                        Err(e) => self.store_error(e.into()).into_response(),
+                        Err(e) => self.store_error(e).into_response(),
                     };
                 }
                 // The duplicate has not committed within the bound.
@@ -928,7 +933,7 @@ impl<DB: Backend> Idempotency<DB> {
                 // committed meanwhile still answers.
                 Err(e) => {
                     drop(tx);
-                    return match self.load(&prepared.scope, key).await {
+                    return match self.load(&prepared.scope, key, &prepared.fingerprint).await {
                         Ok(Some(record)) => self.answer_existing(record, prepared, key),
                         _ => self.store_error(e).into_response(),
                     };
@@ -961,19 +966,61 @@ impl<DB: Backend> Idempotency<DB> {
                     Err(e) => return self.store_error(e).into_response(),
                 }
             }
+            // The handler's effect rolls back with `tx`; a final answer
+            // comes from the record read again, and confirmed, on its own.
             drop(tx);
-            return self.answer_existing(record, prepared, key);
+            if !answers_finally(&record, &prepared.fingerprint) {
+                return self.answer_existing(record, prepared, key);
+            }
+            return match self.load(&prepared.scope, key, &prepared.fingerprint).await {
+                Ok(Some(record)) => self.answer_existing(record, prepared, key),
+                Ok(None) => IdempotencyError::KeyInUse.into_response(),
+                Err(e) => self.store_error(e).into_response(),
+            };
         }
         drop(tx);
         IdempotencyError::KeyInUse.into_response()
     }
 
-    /// Reads a record outside any transaction of the caller's.
-    async fn load(&self, scope: &str, key: &str) -> Result<Option<KeyRecord>, StoreError> {
+    /// Reads a record outside any transaction of the caller's; one that
+    /// gives a final answer to a request of `fingerprint` is confirmed
+    /// ([`Self::confirm`]).
+    async fn load(
+        &self,
+        scope: &str,
+        key: &str,
+        fingerprint: &str,
+    ) -> Result<Option<KeyRecord>, StoreError> {
         // In a transaction: behind a transaction pooler an unnamed
         // statement is only safe inside one.
         let mut tx = self.inner.store.pool().begin().await?;
-        DB::load(&mut tx, self.inner.store.settings(), scope, key).await
+        let record = DB::load(&mut tx, self.inner.store.settings(), scope, key).await?;
+        if record
+            .as_ref()
+            .is_some_and(|r| answers_finally(r, fingerprint))
+        {
+            self.confirm(tx, scope, key).await?;
+        }
+        Ok(record)
+    }
+
+    /// Commits a transaction that read a record about to give a final
+    /// answer (a replay, a reused key, an exhausted one), on PostgreSQL
+    /// after [`Backend::confirm_read`]: the answer goes out only once the
+    /// record is on the synchronous standby, and not at all when the
+    /// COMMIT says it might not be ([`StoreError::Unreplicated`]), or
+    /// fails. Elsewhere the transaction is rolled back: it wrote nothing.
+    async fn confirm(
+        &self,
+        mut tx: Transaction<'static, DB>,
+        scope: &str,
+        key: &str,
+    ) -> Result<(), StoreError> {
+        if DB::NAME != "PostgreSQL" {
+            return Ok(());
+        }
+        DB::confirm_read(&mut tx, self.inner.store.settings(), scope, key).await?;
+        self.inner.store.commit(tx).await
     }
 
     /// What a request gets from a record its key already has.
@@ -1000,6 +1047,12 @@ impl<DB: Backend> Idempotency<DB> {
             (KeyState::InFlight, _) => self.in_flight_answer(key, Some(&record.recovery_point)),
         }
     }
+}
+
+/// Whether `record` answers a request of `fingerprint` with something the
+/// caller must not retry: anything but an in-flight conflict.
+fn answers_finally(record: &KeyRecord, fingerprint: &str) -> bool {
+    record.fingerprint != fingerprint || record.state != KeyState::InFlight
 }
 
 /// Whether the protocol applies to `method` (safe methods pass through).

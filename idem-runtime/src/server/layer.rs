@@ -352,9 +352,9 @@ async fn settle<DB: Backend>(
             idem.finish_at_commit(tx, prepared, key, response, waited)
                 .await
         }
-        _ => match tx.commit().await {
+        _ => match idem.store().commit(tx).await {
             Ok(()) => marked(response, Outcome::Executed),
-            Err(e) => idem.store_error(e.into()).into_response(),
+            Err(e) => idem.store_error(e).into_response(),
         },
     }
 }

@@ -375,7 +375,7 @@ impl<DB: Backend> Run<DB> {
             now,
         )
         .await?;
-        tx.commit().await?;
+        self.idem.store().commit(tx).await?;
         self.begun = true;
         self.recovery_point = step.to_owned();
         self.steps.insert(step.to_owned(), record);
@@ -433,7 +433,7 @@ impl<DB: Backend> Run<DB> {
             );
             // Committing the takeover, if one is pending, before calling out.
             if let Some(tx) = self.pending.take() {
-                tx.commit().await?;
+                self.idem.store().commit(tx).await?;
             }
             self.begun = true;
         } else {
@@ -468,7 +468,7 @@ impl<DB: Backend> Run<DB> {
                 now,
             )
             .await?;
-            tx.commit().await?;
+            self.idem.store().commit(tx).await?;
             self.begun = true;
             self.steps.insert(step.to_owned(), record);
         }
@@ -683,7 +683,7 @@ impl<DB: Backend> Idempotency<DB> {
             {
                 return Ok(false);
             }
-            tx.commit().await?;
+            self.store().commit(tx).await?;
             Ok(true)
         }
         .await;
@@ -744,7 +744,7 @@ impl<DB: Backend> Idempotency<DB> {
                 super::clock::ms(resume.give_up_after),
             )
             .await?;
-            tx.commit().await?;
+            self.store().commit(tx).await?;
             Ok(outcome)
         }
         .await;
@@ -800,7 +800,7 @@ impl<DB: Backend> Idempotency<DB> {
                 run.generation,
             )
             .await?;
-            tx.commit().await?;
+            self.store().commit(tx).await?;
             Ok(done)
         }
         .await;
@@ -853,7 +853,7 @@ impl<DB: Backend> Idempotency<DB> {
                 run.generation,
             )
             .await?;
-            tx.commit().await?;
+            self.store().commit(tx).await?;
             Ok(())
         }
         .await;

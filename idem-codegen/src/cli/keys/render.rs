@@ -341,6 +341,7 @@ pub(crate) fn list(records: &[KeyRecord], now: i64, json: bool) -> String {
 pub(crate) fn stats(
     s: &KeyStats,
     replication: Option<&Replication>,
+    patroni: Option<&super::patroni::Member>,
     now: i64,
     reaper_after: Duration,
     json: bool,
@@ -356,7 +357,24 @@ pub(crate) fn stats(
                 "reaper_after_ms": millis(reaper_after),
                 "deletes": s.reapable.iter().map(|(st, n)| json!({"state": state(*st), "count": n})).collect::<Vec<_>>(),
             },
+            "server": replication.map(|r| json!({
+                "address": r.server,
+                "cluster_name": r.cluster_name,
+                "timeline": r.timeline,
+                "managed_by_patroni": r.patroni,
+            })),
+            "patroni": patroni.map(|p| json!({
+                "member": p.name,
+                "role": p.role,
+                "timeline": p.timeline,
+                "scope": p.scope,
+                "synchronous_mode": p.mode,
+                "sync_standbys": p.sync_standbys,
+                "error": p.error,
+            })),
             "replication": replication.map(|r| json!({
+                "synchronous": r.synchronous(),
+                "synchronous_standby_names": r.synchronous_standby_names,
                 "synchronous_commit": r.synchronous_commit,
                 "standbys": r.standbys.iter().map(|s| json!({"name": s.name, "sync_state": s.sync_state})).collect::<Vec<_>>(),
                 "at_risk": r.at_risk().iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
@@ -410,11 +428,19 @@ pub(crate) fn stats(
         }
     );
     if let Some(r) = replication {
+        let _ = writeln!(out, "{}", server_line(r, patroni));
         let standbys: Vec<String> = r.standbys.iter().map(ToString::to_string).collect();
         let _ = writeln!(
             out,
-            "replication: synchronous_commit = {}, standbys: {}",
+            "replication: {}; synchronous_commit = {}, synchronous_standby_names = {:?}, \
+             standbys: {}",
+            if r.synchronous() {
+                "synchronous (a commit is acknowledged once a standby has it)"
+            } else {
+                "not synchronous (an acknowledged commit may exist on this server only)"
+            },
             r.synchronous_commit,
+            r.synchronous_standby_names,
             if standbys.is_empty() {
                 "none".to_owned()
             } else {
@@ -426,6 +452,43 @@ pub(crate) fn stats(
         }
     }
     out
+}
+
+/// Which server the store reads, and, under Patroni, which member.
+fn server_line(r: &Replication, patroni: Option<&super::patroni::Member>) -> String {
+    let address = r.server.as_deref().unwrap_or("a Unix socket");
+    let timeline = r
+        .timeline
+        .map_or_else(|| "a standby".to_owned(), |t| format!("timeline {t}"));
+    match patroni {
+        Some(p) if p.error.is_some() => format!(
+            "server: {address} ({timeline}); {}",
+            p.error.as_deref().unwrap_or_default()
+        ),
+        Some(p) => {
+            let member = match (&p.name, &p.role) {
+                (Some(name), Some(role)) => format!("Patroni member {name} ({role})"),
+                _ => format!("no Patroni member at {address}"),
+            };
+            let sync = if p.sync_standbys.is_empty() {
+                "none".to_owned()
+            } else {
+                p.sync_standbys.join(", ")
+            };
+            format!(
+                "server: {address} ({timeline}), {member} of cluster {}; synchronous_mode {}, \
+                 synchronous standbys: {sync}",
+                p.scope.as_deref().unwrap_or("?"),
+                p.mode.unwrap_or("?"),
+            )
+        }
+        None if r.patroni => format!(
+            "server: {address} ({timeline}), managed by Patroni (cluster {}): pass --patroni \
+             http://HOST:8008 to name the member",
+            r.cluster_name
+        ),
+        None => format!("server: {address} ({timeline})"),
+    }
 }
 
 pub(crate) fn not_found(key: &str, scope: Option<&str>, json: bool) -> Done {

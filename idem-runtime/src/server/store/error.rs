@@ -39,6 +39,21 @@ pub enum StoreError {
         /// How long the outage has lasted so far.
         down_for: Duration,
     },
+    /// PostgreSQL answered the COMMIT without its synchronous standby's
+    /// confirmation, with the warning that the transaction "has already
+    /// committed locally, but might not have been replicated to the
+    /// standby" (a wait for the standby cancelled, or its backend
+    /// terminated). The server may be a primary being deposed, and what the
+    /// transaction wrote may be missing after a failover: the request is
+    /// answered as retryable, never with a final answer.
+    #[error(
+        "the key store's COMMIT returned without its synchronous standby ({warning}): \
+         committed locally, but might not have been replicated"
+    )]
+    Unreplicated {
+        /// PostgreSQL's warning.
+        warning: &'static str,
+    },
     /// A stored value is not one this version wrote.
     #[error("key store holds an unexpected {what}: {value:?}")]
     Corrupt {

@@ -163,6 +163,29 @@ impl<DB: Backend> Store<DB> {
         }
     }
 
+    /// Commits `tx`. On PostgreSQL a COMMIT that returns with the warning
+    /// that it "has already committed locally, but might not have been
+    /// replicated" fails with [`StoreError::Unreplicated`], and every
+    /// connection of the store opened before it is discarded: the server
+    /// may be a primary being deposed, and what the transaction wrote may
+    /// be missing after a failover.
+    pub(crate) async fn commit(&self, tx: sqlx::Transaction<'_, DB>) -> Result<(), StoreError> {
+        if DB::NAME != "PostgreSQL" {
+            return tx.commit().await.map_err(StoreError::from);
+        }
+        let (result, warning) = self.settings.commit_watch.run(tx.commit()).await;
+        if let Some(warning) = warning {
+            self.settings.fence.distrust();
+            tracing::warn!(
+                warning,
+                "the key store committed without its synchronous standby's confirmation; the \
+                 request is answered as retryable and the store's connections are discarded"
+            );
+            return Err(StoreError::Unreplicated { warning });
+        }
+        result.map_err(StoreError::from)
+    }
+
     pub(crate) fn gate(&self) -> &Arc<KeyGate> {
         &self.gate
     }

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use super::postgres::primary::ReadOnlySeen;
+use super::postgres::notice::CommitWatch;
+use super::postgres::primary::{Fence, ReadOnlySeen};
 
 /// What one [`Store`](super::Store) knows of its server, handed to its
 /// [`Backend`](super::Backend) with every statement.
@@ -18,6 +19,8 @@ pub struct StoreSettings {
     pub(super) set_statement: bool,
     pub(super) session_lock_wait: Option<Duration>,
     pub(super) read_only: ReadOnlySeen,
+    pub(super) fence: Fence,
+    pub(super) commit_watch: CommitWatch,
 }
 
 impl Default for StoreSettings {
@@ -28,6 +31,8 @@ impl Default for StoreSettings {
             set_statement: true,
             session_lock_wait: None,
             read_only: ReadOnlySeen::default(),
+            fence: Fence::default(),
+            commit_watch: CommitWatch::default(),
         }
     }
 }
@@ -61,6 +66,12 @@ impl StoreSettings {
     /// a store with a host list that its primary moved.
     pub(crate) fn note(&self, error: &sqlx::Error) {
         self.read_only.note(error);
+    }
+
+    /// The store's timeline and the connections it distrusts
+    /// (PostgreSQL).
+    pub(super) fn fence(&self) -> &Fence {
+        &self.fence
     }
 
     /// The store's read-only sightings, which its search for the primary

@@ -17,7 +17,7 @@ use super::inspect::{
     BY_STATE, Inspect, Inspected, KeyStats, ListFilter, OLDEST_IN_FLIGHT, Schema, bind_list,
     key_stats, list_statement, order_steps,
 };
-use super::postgres::replication::{Replication, Standby};
+use super::postgres::replication::{Replication, ServerRow};
 use super::records::*;
 use super::settings::StoreSettings;
 use super::sql::*;
@@ -52,6 +52,11 @@ pub struct Statements {
     /// Run first in a transaction that reads a record and its steps
     /// together, where the engine's default does not give one snapshot.
     pub(super) snapshot: Option<&'static str>,
+    /// Run in a transaction that read a record before the record answers
+    /// a request: `$1` scope, `$2` key; locks the record so that the
+    /// COMMIT waits for the synchronous standby like a write's. `None`
+    /// where nothing waits.
+    pub(super) confirm_read: Option<&'static str>,
 }
 
 /// The claims that carry their own bound on the wait behind a concurrent
@@ -271,6 +276,32 @@ where
         })
     }
 
+    fn confirm_read<'a>(
+        conn: &'a mut Self::Connection,
+        settings: &'a StoreSettings,
+        scope: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        noted(settings, async move {
+            let Some(confirm) = DB::STATEMENTS.confirm_read else {
+                return Ok(());
+            };
+            let locked = sqlx::query(confirm)
+                .persistent(settings.named_statements())
+                .bind(scope)
+                .bind(key)
+                .fetch_optional(&mut *conn)
+                .await?;
+            if locked.is_none() {
+                return Err(StoreError::Corrupt {
+                    what: "record deleted before its answer was confirmed",
+                    value: key.to_owned(),
+                });
+            }
+            Ok(())
+        })
+    }
+
     fn lift_claim_bound<'a>(
         conn: &'a mut Self::Connection,
         settings: &'a StoreSettings,
@@ -440,24 +471,11 @@ where
             let Some(sql) = DB::STATEMENTS.replication else {
                 return Ok(None);
             };
-            let rows: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(sql)
+            let rows: Vec<ServerRow> = sqlx::query_as(sql)
                 .persistent(settings.named_statements())
                 .fetch_all(&mut *conn)
                 .await?;
-            let synchronous_commit = rows.first().map(|r| r.0.clone()).unwrap_or_default();
-            let standbys = rows
-                .into_iter()
-                .filter_map(|(_, name, sync_state)| {
-                    Some(Standby {
-                        name: name?,
-                        sync_state,
-                    })
-                })
-                .collect();
-            Ok(Some(Replication {
-                synchronous_commit,
-                standbys,
-            }))
+            Ok(Some(Replication::from_rows(rows)))
         })
     }
 

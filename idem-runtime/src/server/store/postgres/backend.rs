@@ -78,6 +78,9 @@ const REAP: &str = "WITH gone AS (\
 
 impl Dialect for Postgres {
     const STATEMENTS: Statements = Statements {
+        confirm_read: Some(
+            "SELECT 1 FROM idem_keys WHERE scope = $1 AND idem_key = $2 FOR KEY SHARE",
+        ),
         migrations: migrations::MIGRATIONS,
         schema_version: migrations::SCHEMA_VERSION,
         migration_lock: migrations::MIGRATION_LOCK,

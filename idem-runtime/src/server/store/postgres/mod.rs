@@ -15,6 +15,7 @@ use super::sql::lock_timeout_setting;
 mod backend;
 mod inspect;
 mod migrations;
+pub(super) mod notice;
 pub(super) mod primary;
 pub(super) mod replication;
 
@@ -90,29 +91,40 @@ impl Store<Postgres> {
             }
         };
         let pool_options = Self::pool_options(max_connections);
+        let settings = StoreSettings::default();
+        let fence = settings.fence().clone();
         let Some(hosts) = primary::hosts(url)? else {
-            let pool_options = match set {
-                Some(set) => pool_options.after_connect(move |conn, _| {
-                    let set = set.clone();
+            let on_acquire = fence.clone();
+            let pool = pool_options
+                .after_connect(move |conn, _| {
+                    let (set, fence) = (set.clone(), fence.clone());
                     Box::pin(async move {
-                        sqlx::Executor::execute(conn, set.as_str()).await?;
+                        fence.check(conn).await?;
+                        if let Some(set) = set {
+                            sqlx::Executor::execute(conn, set.as_str()).await?;
+                        }
                         Ok(())
                     })
-                }),
-                None => pool_options,
-            };
-            let pool = pool_options
+                })
+                .before_acquire(move |_, meta| {
+                    let keeps = on_acquire.keeps(meta.age);
+                    Box::pin(async move { Ok(keeps) })
+                })
                 .connect_with(tune(PgConnectOptions::from_str(url)?))
                 .await?;
-            return Ok(Store::new(pool));
+            let mut store = Store::new(pool);
+            store.settings = settings;
+            return Ok(store);
         };
-        let settings = StoreSettings::default();
         let (primary, first) = Primary::find(
             hosts.into_iter().map(tune).collect(),
             settings.read_only().clone(),
         )
         .await?;
-        let pool = primary.hooks(pool_options, set).connect_with(first).await?;
+        let pool = primary
+            .hooks(pool_options, set, fence)
+            .connect_with(first)
+            .await?;
         let watched = pool.clone();
         let follow = Follow(Arc::new(move |failed: bool| {
             if failed || primary.wanted() {

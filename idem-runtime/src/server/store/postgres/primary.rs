@@ -59,6 +59,94 @@ impl ReadOnlySeen {
     }
 }
 
+/// What a store has learnt of the servers it writes to, beyond a host
+/// list: the highest timeline a primary of it has been on, and since when
+/// its connections are not to be trusted. Shared by the store's clones.
+///
+/// - Every new connection reads its server's timeline. A timeline above
+///   the highest seen means a standby was promoted: connections opened
+///   before are discarded the next time they would be handed out (they
+///   may reach the old primary, through a proxy that keeps sessions). A
+///   timeline below it is a primary that was deposed and does not know it
+///   yet (a hung server resumed): the connection is refused.
+/// - A COMMIT answered with the "committed locally, but might not have
+///   been replicated" warning discards every connection opened before it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Fence(Arc<FenceState>);
+
+#[derive(Debug, Default)]
+struct FenceState {
+    /// The highest timeline seen; `0` is none yet.
+    timeline: AtomicI64,
+    /// Connections opened before this (by [`clock_ms`]) are discarded;
+    /// `0` is never.
+    distrust_before: AtomicI64,
+}
+
+/// The timeline of the server behind a connection: `Some(0)` on a standby,
+/// `None` where the engine has no such functions (a Postgres-wire engine).
+/// A primary's current WAL file is named by its timeline.
+async fn timeline(conn: &mut PgConnection) -> Result<Option<i64>, sqlx::Error> {
+    let statement = "SELECT CASE WHEN pg_is_in_recovery() THEN '' \
+                     ELSE pg_walfile_name(pg_current_wal_lsn()) END";
+    let row = match conn.fetch_one(statement).await {
+        Ok(row) => row,
+        Err(sqlx::Error::Database(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let file: String = row.try_get(0)?;
+    if file.is_empty() {
+        return Ok(Some(0));
+    }
+    Ok(file.get(..8).and_then(|t| i64::from_str_radix(t, 16).ok()))
+}
+
+impl Fence {
+    /// Checks a new connection: `Err` when its server is a deposed
+    /// primary, on a timeline below one this store has written to.
+    pub(crate) async fn check(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+        let Some(found) = timeline(conn).await? else {
+            return Ok(());
+        };
+        if found == 0 {
+            // A standby: the host-list checks refuse it; one host is let
+            // through, and its writes answer `25006`.
+            return Ok(());
+        }
+        let highest = self.0.timeline.fetch_max(found, Ordering::AcqRel);
+        if found < highest {
+            self.distrust();
+            return Err(sqlx::Error::Protocol(format!(
+                "the server is on timeline {found}, and a primary on timeline {highest} \
+                     was promoted since: a deposed primary, not written to"
+            )));
+        }
+        if highest != 0 && found > highest {
+            self.distrust();
+            tracing::warn!(
+                timeline = found,
+                previous = highest,
+                "the key store's primary is on a new timeline (a standby was promoted); \
+                 connections opened before are discarded"
+            );
+        }
+        Ok(())
+    }
+
+    /// Discards every connection opened before now.
+    pub(crate) fn distrust(&self) {
+        self.0
+            .distrust_before
+            .fetch_max(clock_ms(), Ordering::Relaxed);
+    }
+
+    /// Whether a connection of `age` may be handed out.
+    pub(crate) fn keeps(&self, age: Duration) -> bool {
+        let opened = clock_ms().saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
+        opened >= self.0.distrust_before.load(Ordering::Relaxed)
+    }
+}
+
 /// Milliseconds on a monotonic clock, from the first call on: the unit of
 /// every time here, comparable with a connection's age (the wall clock can
 /// step back).
@@ -206,18 +294,24 @@ impl Primary {
         self: &Arc<Self>,
         options: PgPoolOptions,
         set: Option<String>,
+        fence: Fence,
     ) -> PgPoolOptions {
         let on_connect = Arc::clone(self);
         let on_acquire = Arc::clone(self);
+        let fence_acquire = fence.clone();
         options
             .after_connect(move |conn, _| {
-                let (primary, set) = (Arc::clone(&on_connect), set.clone());
+                let (primary, set, fence) = (Arc::clone(&on_connect), set.clone(), fence.clone());
                 Box::pin(async move {
                     if !writable(conn).await? {
                         primary.wanted.store(true, Ordering::Relaxed);
                         return Err(sqlx::Error::Protocol(
                             "the host is read-only (a standby, or fenced): not the primary".into(),
                         ));
+                    }
+                    if let Err(e) = fence.check(conn).await {
+                        primary.wanted.store(true, Ordering::Relaxed);
+                        return Err(e);
                     }
                     if let Some(set) = set {
                         conn.execute(set.as_str()).await?;
@@ -226,8 +320,8 @@ impl Primary {
                 })
             })
             .before_acquire(move |_, meta| {
-                let primary = Arc::clone(&on_acquire);
-                Box::pin(async move { Ok(primary.keeps(meta.age)) })
+                let (primary, fence) = (Arc::clone(&on_acquire), fence_acquire.clone());
+                Box::pin(async move { Ok(primary.keeps(meta.age) && fence.keeps(meta.age)) })
             })
     }
 

@@ -10,7 +10,33 @@ pub struct Replication {
     pub synchronous_commit: String,
     /// Every standby streaming from it.
     pub standbys: Vec<Standby>,
+    /// The server the store reads: `inet_server_addr():inet_server_port()`
+    /// (`None` over a Unix socket). Through a proxy (HAProxy, a
+    /// PgBouncer), the server behind it.
+    pub server: Option<String>,
+    /// Its `cluster_name`: the scope, under Patroni.
+    pub cluster_name: String,
+    /// Its `synchronous_standby_names`: Patroni sets and clears it as
+    /// standbys come and go.
+    pub synchronous_standby_names: String,
+    /// Its timeline; each promotion starts a new one. `None` on a standby.
+    pub timeline: Option<i64>,
+    /// Whether Patroni manages it: one of Patroni's own sessions
+    /// (`application_name` `Patroni …`) is connected.
+    pub patroni: bool,
 }
+
+/// The server facts [`REPLICATION`] reads, beside the standbys.
+pub(crate) type ServerRow = (
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    String,
+    String,
+    String,
+    String,
+);
 
 /// One standby streaming from the primary.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,8 +70,64 @@ impl Replication {
             .collect()
     }
 
+    /// Whether an acknowledged commit is on a standby too: commits wait
+    /// for one (`synchronous_commit` neither `off` nor `local`) and one is
+    /// confirmed synchronous.
+    pub fn synchronous(&self) -> bool {
+        !matches!(self.synchronous_commit.as_str(), "off" | "local")
+            && self
+                .standbys
+                .iter()
+                .any(|s| matches!(s.sync_state.as_deref(), Some("sync" | "quorum")))
+    }
+
+    /// One [`REPLICATION`] row per standby, as read.
+    pub(crate) fn from_rows(rows: Vec<ServerRow>) -> Replication {
+        let first = rows.first().cloned();
+        let timeline = first.as_ref().and_then(|r| {
+            let file = r.6.as_str();
+            file.get(..8).and_then(|t| i64::from_str_radix(t, 16).ok())
+        });
+        Replication {
+            synchronous_commit: first.as_ref().map(|r| r.0.clone()).unwrap_or_default(),
+            server: first.as_ref().and_then(|r| r.3.clone()),
+            cluster_name: first.as_ref().map(|r| r.4.clone()).unwrap_or_default(),
+            synchronous_standby_names: first.as_ref().map(|r| r.5.clone()).unwrap_or_default(),
+            timeline,
+            patroni: first.as_ref().is_some_and(|r| r.7 == "patroni"),
+            standbys: rows
+                .into_iter()
+                .filter_map(|(_, name, sync_state, ..)| {
+                    Some(Standby {
+                        name: name?,
+                        sync_state,
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether the primary acknowledges commits that are on no standby
+    /// while its HA manager would fail over to one: Patroni manages it, no
+    /// standby streams from it, and commits do not wait
+    /// (`synchronous_standby_names` empty: `synchronous_mode` without
+    /// `strict` drops a lost synchronous standby).
+    pub fn alone(&self) -> bool {
+        self.patroni && self.standbys.is_empty() && self.synchronous_standby_names.is_empty()
+    }
+
     /// What an operator should hear, when a standby is at risk.
     pub fn warning(&self) -> Option<String> {
+        if self.alone() {
+            return Some(
+                "the key store's primary is managed by Patroni and has no standby: it \
+                 acknowledges commits that are on this server alone (synchronous_mode without \
+                 synchronous_mode_strict drops a lost synchronous standby), so a failover to a \
+                 standby that returns loses them, key records and recovery points among them. \
+                 Bring a standby back; synchronous_mode_strict refuses commits instead"
+                    .to_owned(),
+            );
+        }
         let at_risk = self.at_risk();
         if at_risk.is_empty() {
             return None;
@@ -65,10 +147,17 @@ impl Replication {
     }
 }
 
-/// One row per standby (or one row of NULLs without any) and the
-/// primary's `synchronous_commit`.
+/// One row per standby (or one row of NULLs without any), each with the
+/// primary's `synchronous_commit`, address, `cluster_name`,
+/// `synchronous_standby_names`, current WAL file (named by its timeline)
+/// and whether a Patroni session is connected.
 pub(super) const REPLICATION: &str = "SELECT current_setting('synchronous_commit'), \
-     r.application_name::text, r.sync_state::text \
+     r.application_name::text, r.sync_state::text, \
+     host(inet_server_addr()) || ':' || inet_server_port(), \
+     current_setting('cluster_name'), current_setting('synchronous_standby_names'), \
+     CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_walfile_name(pg_current_wal_lsn()) END, \
+     CASE WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name LIKE 'Patroni%') \
+     THEN 'patroni' ELSE '' END \
      FROM (SELECT 1) AS one LEFT JOIN pg_stat_replication AS r ON true";
 
 #[cfg(test)]
@@ -87,6 +176,11 @@ mod tests {
         let replication = Replication {
             synchronous_commit: "on".to_owned(),
             standbys: vec![standby("a", "sync"), standby("b", "async")],
+            server: None,
+            cluster_name: String::new(),
+            synchronous_standby_names: "a".to_owned(),
+            timeline: Some(1),
+            patroni: false,
         };
         let names: Vec<&str> = replication
             .at_risk()
@@ -108,7 +202,21 @@ mod tests {
         let alone = Replication {
             synchronous_commit: "on".to_owned(),
             standbys: Vec::new(),
+            ..replication.clone()
         };
         assert_eq!(alone.warning(), None);
+        assert!(!alone.synchronous(), "no standby confirms");
+        let patroni_alone = Replication {
+            patroni: true,
+            synchronous_standby_names: String::new(),
+            ..alone.clone()
+        };
+        assert!(patroni_alone.warning().unwrap().contains("has no standby"));
+        let strict = Replication {
+            synchronous_standby_names: "*".to_owned(),
+            ..patroni_alone
+        };
+        assert_eq!(strict.warning(), None, "strict: commits wait instead");
+        assert!(replication.synchronous());
     }
 }

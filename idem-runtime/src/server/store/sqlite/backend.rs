@@ -22,6 +22,7 @@ const REAP: &str = "DELETE FROM idem_keys WHERE (scope, idem_key) IN \
 
 impl Dialect for Sqlite {
     const STATEMENTS: Statements = Statements {
+        confirm_read: None,
         migrations: migrations::MIGRATIONS,
         schema_version: migrations::SCHEMA_VERSION,
         migration_lock: migrations::MIGRATION_LOCK,
