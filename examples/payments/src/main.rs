@@ -168,6 +168,19 @@ enum Command {
         /// virtual environment created under the temporary directory).
         #[arg(long)]
         patroni: Option<std::path::PathBuf>,
+        /// Run the scenarios on one cluster, healed between them, where
+        /// their synchronous modes agree (faster; each row's cluster then
+        /// starts as the last one left it).
+        #[arg(long)]
+        one_cluster: bool,
+        /// An `idem` executable: each row then says which member `idem
+        /// keys stats --patroni` names (it must be the leader).
+        #[arg(long)]
+        idem: Option<std::path::PathBuf>,
+        /// HAProxy without `on-marked-down shutdown-sessions`: what keeping
+        /// the sessions to a member marked down does.
+        #[arg(long)]
+        haproxy_keeps_sessions: bool,
         /// PostgreSQL's server binaries; found under IDEM_PG_BIN,
         /// /usr/lib/postgresql or PATH when not given.
         #[arg(long)]
@@ -374,6 +387,9 @@ async fn run(command: Command) -> anyhow::Result<bool> {
             payout_workers,
             settle_secs,
             patroni,
+            one_cluster,
+            idem,
+            haproxy_keeps_sessions,
             pg_bin,
         } => {
             use payments_demo::patroni as cluster;
@@ -397,6 +413,9 @@ async fn run(command: Command) -> anyhow::Result<bool> {
                 pg_bin,
                 etcd: tool("etcd", "etcd-server")?,
                 haproxy: tool("haproxy", "haproxy")?,
+                one_cluster,
+                idem,
+                haproxy_keeps_sessions,
             };
             let outcomes = cluster::run(&settings).await?;
             print!("{}", cluster::report(&settings, &outcomes));

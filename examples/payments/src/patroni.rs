@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, bail};
-use idem_runtime::serde_json::{Value, json};
+use idem_runtime::serde_json::{self, Value, json};
 use idem_runtime::sqlx::{self, Connection as _};
 
 use crate::bank::Bank;
@@ -150,6 +150,15 @@ pub struct Settings {
     pub pg_bin: PathBuf,
     pub etcd: PathBuf,
     pub haproxy: PathBuf,
+    /// Run the scenarios one after the other on one cluster, healed
+    /// between them, where their synchronous modes agree (a short run).
+    pub one_cluster: bool,
+    /// HAProxy without `on-marked-down shutdown-sessions`: the sessions
+    /// to a member it marks down are kept.
+    pub haproxy_keeps_sessions: bool,
+    /// An `idem` executable: after each scenario, `idem keys stats
+    /// --patroni` is asked which member the store reads.
+    pub idem: Option<PathBuf>,
 }
 
 /// `patroni` from a virtual environment of its own under the temporary
@@ -325,6 +334,7 @@ struct Patroni {
     etcd: Option<tokio::process::Child>,
     haproxy: Option<tokio::process::Child>,
     ids: Option<(u32, u32)>,
+    mode: Mode,
     settings: Settings,
     http: idem_runtime::reqwest::Client,
 }
@@ -354,6 +364,7 @@ impl Patroni {
             etcd: None,
             haproxy: None,
             ids,
+            mode,
             settings: settings.clone(),
             http: idem_runtime::reqwest::Client::builder()
                 .timeout(Duration::from_millis(800))
@@ -364,6 +375,8 @@ impl Patroni {
         }
         cluster.write_configs(mode)?;
         cluster.start_etcd().await?;
+        // HAProxy's checks settle while the members start.
+        cluster.start_haproxy()?;
         // The first member bootstraps the cluster; the others copy it.
         cluster.start_member(0)?;
         cluster
@@ -387,7 +400,7 @@ impl Patroni {
             "the standbys are not streaming from the leader after 60 s; logs in {}",
             cluster.dir.path().display()
         );
-        cluster.start_haproxy().await?;
+        cluster.routed().await?;
         Ok(cluster)
     }
 
@@ -459,8 +472,9 @@ impl Patroni {
                  timeout server 30m\n  timeout check 2s\n\
                  listen primary\n  bind 127.0.0.1:{}\n  option httpchk OPTIONS /primary\n  \
                  http-check expect status 200\n  \
-                 default-server inter 3s fall 3 rise 2 on-marked-down shutdown-sessions\n{servers}",
-                self.haproxy_port
+                 default-server inter 3s fall 3 rise 2{}\n{servers}",
+                self.haproxy_port,
+                haproxy_down(&self.settings),
             ),
         )?;
         Ok(())
@@ -550,7 +564,7 @@ impl Patroni {
         Ok(())
     }
 
-    async fn start_haproxy(&mut self) -> anyhow::Result<()> {
+    fn start_haproxy(&mut self) -> anyhow::Result<()> {
         let child = tokio::process::Command::new(&self.settings.haproxy)
             .arg("-f")
             .arg(self.dir.path().join("haproxy.cfg"))
@@ -562,6 +576,11 @@ impl Patroni {
             .spawn()
             .context("starting haproxy")?;
         self.haproxy = Some(child);
+        Ok(())
+    }
+
+    /// Waits until HAProxy routes to the leader alone.
+    async fn routed(&self) -> anyhow::Result<()> {
         // HAProxy counts every server up until its checks fail (`fall 3`,
         // `inter 3s`): ready once ten connections in a row reach the
         // leader, round robin over three servers.
@@ -905,6 +924,9 @@ pub struct Outcome {
     /// COMMITs the servers logged as returned without the synchronous
     /// standby (answered retryable).
     pub unreplicated: usize,
+    /// Connections the servers refused because their server was on a
+    /// timeline below one they had written to: a deposed primary.
+    pub deposed: usize,
     /// Holders of the leader key, in order.
     pub leaders: Vec<String>,
     /// The longest stretch without a success that began during the
@@ -921,6 +943,9 @@ pub struct Outcome {
     /// Members whose charges match the final leader's, once rejoined.
     pub converged: usize,
     pub rejoined: bool,
+    /// What `idem keys stats --patroni` said of the final leader: its
+    /// member, role and replication (`None` without `idem`).
+    pub stats: Option<String>,
     pub note: String,
 }
 
@@ -954,15 +979,23 @@ impl Outcome {
 pub async fn run(settings: &Settings) -> anyhow::Result<Vec<Outcome>> {
     let mut outcomes = Vec::new();
     let version = patroni_version(&settings.patroni);
+    let mut kept: Option<Patroni> = None;
     for &scenario in &settings.scenarios {
         eprintln!(
             "patroni {version}: {} (synchronous_mode {})…",
             scenario.name(),
             scenario.mode().name()
         );
-        let mut outcome = one(settings, scenario)
+        let cluster = match kept.take() {
+            Some(cluster) if cluster.mode == scenario.mode() => cluster,
+            _ => Patroni::start(settings, scenario.mode()).await?,
+        };
+        let (mut outcome, cluster) = one(settings, scenario, cluster)
             .await
             .with_context(|| format!("the `{}` scenario", scenario.name()))?;
+        if settings.one_cluster && outcome.rejoined {
+            kept = Some(cluster);
+        }
         outcome.patroni.clone_from(&version);
         outcomes.push(outcome);
     }
@@ -1116,8 +1149,11 @@ async fn fault(
     Ok((fault_at, note))
 }
 
-async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome> {
-    let mut cluster = Patroni::start(settings, scenario.mode()).await?;
+async fn one(
+    settings: &Settings,
+    scenario: Scenario,
+    mut cluster: Patroni,
+) -> anyhow::Result<(Outcome, Patroni)> {
     let stored = cluster.stored_config().await;
     let bank = Bank::start().await?;
     bank.answer_after(TRANSFER_TAKES);
@@ -1168,6 +1204,10 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
 
     let final_leader = cluster.with_role("leader").await?;
     let leader_url = cluster.members[final_leader].url();
+    let stats = match &settings.idem {
+        Some(idem) => Some(keys_stats(idem, &cluster, final_leader).await?),
+        None => None,
+    };
     let charges_counted = load::count_charges(&leader_url, &account, &charged.acked).await?;
     let payouts_counted = load::count_payouts(&leader_url, &account, &paid.acked).await?;
     let written = written_by(&leader_url, &account).await?;
@@ -1227,7 +1267,7 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
     if let Some(ttl) = stored.get("ttl") {
         note.push_str(&format!("; stored ttl {ttl}"));
     }
-    Ok(Outcome {
+    let outcome = Outcome {
         scenario: Some(scenario),
         patroni: String::new(),
         charges: charged.calls,
@@ -1246,6 +1286,7 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
         refusals: refusals.len(),
         refusal_max: refusals.into_iter().max().unwrap_or_default(),
         unreplicated: logged("without its synchronous standby"),
+        deposed: logged("a deposed primary"),
         warned: warnings
             .iter()
             .filter(|w| {
@@ -1265,8 +1306,46 @@ async fn one(settings: &Settings, scenario: Scenario) -> anyhow::Result<Outcome>
         reconciled,
         converged,
         rejoined,
+        stats,
         note,
-    })
+    };
+    Ok((outcome, cluster))
+}
+
+/// `idem keys stats --patroni` through the host list: the member it
+/// names, its role, and whether replication is synchronous, as `m2
+/// (leader), synchronous`; an error when it names another member than
+/// the leader's.
+async fn keys_stats(idem: &Path, cluster: &Patroni, leader: usize) -> anyhow::Result<String> {
+    let rest = format!("http://127.0.0.1:{}", cluster.members[0].rest_port);
+    let out = tokio::process::Command::new(idem)
+        .args(["keys", "stats", "--format", "json", "--database-url"])
+        .arg(cluster.host_list_url())
+        .args(["--patroni", &rest])
+        .output()
+        .await
+        .context("running idem keys stats")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "idem keys stats failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats: Value = serde_json::from_slice(&out.stdout)?;
+    let member = stats["patroni"]["member"].as_str().unwrap_or("-");
+    anyhow::ensure!(
+        member == cluster.members[leader].name,
+        "idem keys stats names {member}, the leader is {}: {stats}",
+        cluster.members[leader].name
+    );
+    Ok(format!(
+        "{member} ({}), {}",
+        stats["patroni"]["role"].as_str().unwrap_or("-"),
+        if stats["replication"]["synchronous"] == Value::Bool(true) {
+            "synchronous"
+        } else {
+            "not synchronous"
+        }
+    ))
 }
 
 /// The longest stretch without a success (`successes` sorted) that
@@ -1313,25 +1392,35 @@ async fn written_by(
         .collect())
 }
 
+/// What HAProxy does with the sessions to a member it marks down.
+fn haproxy_down(settings: &Settings) -> &'static str {
+    if settings.haproxy_keeps_sessions {
+        ""
+    } else {
+        " on-marked-down shutdown-sessions"
+    }
+}
+
 /// The table of every scenario.
 pub fn report(settings: &Settings, outcomes: &[Outcome]) -> String {
     let mut out = format!(
         "etcd, three Patroni members (ttl {TTL} s, loop_wait 2 s, use_pg_rewind), HAProxy with \
-         `GET /primary` checks (inter 3s fall 3 rise 2, on-marked-down shutdown-sessions); two \
-         servers, one through HAProxy and one given the host list; {} workers charging and {} \
-         paying out, {} s of load before the fault and after\n\n",
+         `GET /primary` checks (inter 3s fall 3 rise 2{}); two servers, one through HAProxy \
+         and one given the host list; {} workers charging and {} paying out, {} s of load \
+         before the fault and after\n\n",
+        haproxy_down(settings),
         settings.workers,
         settings.payout_workers,
         settings.settle.as_secs()
     );
     out.push_str(
-        "| scenario | synchronous_mode | Patroni | charges | lost | dup | written by a non-leader | payouts | lost | transfers dup | repeated | stuck | non-retryable | 503s | slowest 503 ms | unreplicated commits refused | leader key | servers back ms | callers back ms | unknown | settled | members agree | warned | what happened |\n\
-         | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
+        "| scenario | synchronous_mode | Patroni | charges | lost | dup | written by a non-leader | payouts | lost | transfers dup | repeated | stuck | non-retryable | 503s | slowest 503 ms | unreplicated commits refused | deposed primary refused | leader key | servers back ms | callers back ms | unknown | settled | members agree | warned | keys stats | what happened |\n\
+         | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n",
     );
     for o in outcomes {
         let Some(scenario) = o.scenario else { continue };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/3 | {}/2 | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/3 | {}/2 | {} | {} |\n",
             scenario.name(),
             scenario.mode().name(),
             o.patroni,
@@ -1348,6 +1437,7 @@ pub fn report(settings: &Settings, outcomes: &[Outcome]) -> String {
             o.refusals,
             ms(o.refusal_max),
             o.unreplicated,
+            o.deposed,
             o.leaders.join(" → "),
             o.servers_back.map_or("-".to_owned(), ms),
             o.callers_back.map_or("-".to_owned(), ms),
@@ -1355,6 +1445,7 @@ pub fn report(settings: &Settings, outcomes: &[Outcome]) -> String {
             o.reconciled,
             o.converged,
             o.warned,
+            o.stats.as_deref().unwrap_or("-"),
             o.note,
         ));
     }
@@ -1364,13 +1455,16 @@ pub fn report(settings: &Settings, outcomes: &[Outcome]) -> String {
          the leader key in etcd when it wrote them. repeated: calls the bank got again for a \
          transfer it had made, with the same derived key. unreplicated commits refused: COMMITs \
          that returned with PostgreSQL's \"committed locally, but might not have been \
-         replicated\" warning, each answered as retryable. leader key: its holders in order \
+         replicated\" warning, each answered as retryable. deposed primary refused: connections \
+         refused because their server was on a timeline below one the servers had written to. \
+         leader key: its holders in order \
          (`-`: none). servers back: the longest stretch without a success that began during \
          the fault, for a probe charging every 20 ms without retrying; callers back: the same \
          for the workers, whose retries wait out `Retry-After`. members agree: members (rejoined, rewound where they diverged) whose \
          charges of the run equal the final leader's. warned: servers that logged that \
          acknowledged commits were on the primary alone (asynchronous standbys, or none under \
-         Patroni).\n",
+         Patroni). keys stats: the member `idem keys stats --patroni` names, read through the \
+         host list once the members rejoined.\n",
     );
     out
 }

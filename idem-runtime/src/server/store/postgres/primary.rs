@@ -74,14 +74,33 @@ impl ReadOnlySeen {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Fence(Arc<FenceState>);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct FenceState {
     /// The highest timeline seen; `0` is none yet.
     timeline: AtomicI64,
     /// Connections opened before this (by [`clock_ms`]) are discarded;
-    /// `0` is never.
+    /// `i64::MIN` is never (a connection may be older than the clock).
     distrust_before: AtomicI64,
+    /// When (by [`clock_ms`]) a server below the highest timeline was
+    /// first refused, in the current run of refusals; `0` is none.
+    lower_since: AtomicI64,
 }
+
+impl Default for FenceState {
+    fn default() -> Self {
+        FenceState {
+            timeline: AtomicI64::new(0),
+            distrust_before: AtomicI64::new(i64::MIN),
+            lower_since: AtomicI64::new(0),
+        }
+    }
+}
+
+/// How long a server below the highest timeline seen is refused. A
+/// deposed primary that resumes is demoted by its HA manager within
+/// seconds; one that still answers as the primary after this is a cluster
+/// created anew (restored, re-bootstrapped), and is taken as the primary.
+const DEPOSED_FOR_AT_MOST: Duration = Duration::from_secs(60);
 
 /// The timeline of the server behind a connection: `Some(0)` on a standby,
 /// `None` where the engine has no such functions (a Postgres-wire engine).
@@ -115,12 +134,35 @@ impl Fence {
         }
         let highest = self.0.timeline.fetch_max(found, Ordering::AcqRel);
         if found < highest {
+            let now = clock_ms();
+            let since = match self.0.lower_since.compare_exchange(
+                0,
+                now,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => now,
+                Err(since) => since,
+            };
+            let limit = i64::try_from(DEPOSED_FOR_AT_MOST.as_millis()).unwrap_or(i64::MAX);
+            if now - since > limit {
+                self.0.timeline.store(found, Ordering::Release);
+                self.0.lower_since.store(0, Ordering::Release);
+                tracing::warn!(
+                    timeline = found,
+                    previous = highest,
+                    "the key store's primary has been on a timeline below one seen before for \
+                     over a minute: taken as a cluster created anew, and written to"
+                );
+                return Ok(());
+            }
             self.distrust();
             return Err(sqlx::Error::Protocol(format!(
                 "the server is on timeline {found}, and a primary on timeline {highest} \
                      was promoted since: a deposed primary, not written to"
             )));
         }
+        self.0.lower_since.store(0, Ordering::Release);
         if highest != 0 && found > highest {
             self.distrust();
             tracing::warn!(
@@ -443,6 +485,17 @@ mod tests {
             "{refused}"
         );
         assert!(hosts("postgres://db1,,db2/pay").is_err());
+    }
+
+    #[test]
+    fn a_distrusted_store_discards_what_it_opened_before() {
+        let fence = Fence::default();
+        assert!(fence.keeps(Duration::from_secs(60)));
+        std::thread::sleep(Duration::from_millis(2));
+        fence.distrust();
+        assert!(!fence.keeps(Duration::from_secs(60)), "opened before");
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(fence.keeps(Duration::ZERO), "opened after");
     }
 
     #[test]

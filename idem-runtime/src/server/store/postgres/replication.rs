@@ -60,7 +60,13 @@ impl Replication {
     /// The standbys a failover could lose acknowledged commits on: those
     /// not confirmed synchronous, or all of them when commits do not wait
     /// for a standby (`synchronous_commit` is `off` or `local`).
+    ///
+    /// Under Patroni with a synchronous standby confirmed, none: Patroni's
+    /// `synchronous_mode` promotes only a synchronous standby.
     pub fn at_risk(&self) -> Vec<&Standby> {
+        if self.patroni && self.synchronous() {
+            return Vec::new();
+        }
         let commits_wait = !matches!(self.synchronous_commit.as_str(), "off" | "local");
         self.standbys
             .iter()
@@ -212,6 +218,14 @@ mod tests {
             ..alone.clone()
         };
         assert!(patroni_alone.warning().unwrap().contains("has no standby"));
+        let patroni_sync = Replication {
+            patroni: true,
+            ..replication.clone()
+        };
+        assert!(
+            patroni_sync.at_risk().is_empty(),
+            "Patroni promotes the synchronous standby only"
+        );
         let strict = Replication {
             synchronous_standby_names: "*".to_owned(),
             ..patroni_alone
