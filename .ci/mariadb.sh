@@ -13,7 +13,6 @@ if [ -z "$maria_bin" ]; then
 fi
 maria_port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 maria_port="${IDEM_MYSQL_PORT:-33069}"
-while maria_port_busy "$maria_port"; do maria_port=$((maria_port + 1)); done
 maria_dir="$(mktemp -d /tmp/idem-maria.XXXXXX)"
 maria_user_opt=""
 if [ "$(id -u)" = 0 ]; then
@@ -23,13 +22,24 @@ if [ "$(id -u)" = 0 ]; then
 fi
 mariadb-install-db $maria_user_opt --datadir="$maria_dir/data" \
   --auth-root-authentication-method=normal --skip-test-db >/dev/null
-"$maria_bin" --no-defaults $maria_user_opt --datadir="$maria_dir/data" \
-  --port="$maria_port" --bind-address=127.0.0.1 --socket="$maria_dir/sock" \
-  --pid-file="$maria_dir/pid" --log-error="$maria_dir/mariadb.err" --skip-log-bin \
-  --innodb-flush-log-at-trx-commit=2 --max-connections=500 2>>"$maria_dir/startup.log" &
-for _ in $(seq 1 100); do
-  mariadb --no-defaults --socket="$maria_dir/sock" -u root -e "SELECT 1" >/dev/null 2>&1 && break
-  sleep 0.2
+# A port nothing listens on can still be taken, as the local end of some
+# connection (the kernel's ephemeral range starts at 32768): the next one
+# is tried when the server cannot bind.
+for _ in 1 2 3 4 5; do
+  while maria_port_busy "$maria_port"; do maria_port=$((maria_port + 1)); done
+  : > "$maria_dir/mariadb.err"
+  "$maria_bin" --no-defaults $maria_user_opt --datadir="$maria_dir/data" \
+    --port="$maria_port" --bind-address=127.0.0.1 --socket="$maria_dir/sock" \
+    --pid-file="$maria_dir/pid" --log-error="$maria_dir/mariadb.err" --skip-log-bin \
+    --innodb-flush-log-at-trx-commit=2 --max-connections=500 2>>"$maria_dir/startup.log" &
+  for _ in $(seq 1 100); do
+    mariadb --no-defaults --socket="$maria_dir/sock" -u root -e "SELECT 1" >/dev/null 2>&1 && break
+    grep -q "Address already in use" "$maria_dir/mariadb.err" 2>/dev/null && break
+    sleep 0.2
+  done
+  grep -q "Address already in use" "$maria_dir/mariadb.err" 2>/dev/null || break
+  wait "$!" 2>/dev/null || true
+  maria_port=$((maria_port + 1))
 done
 mariadb --no-defaults --socket="$maria_dir/sock" -u root -e \
   "CREATE USER IF NOT EXISTS 'idem'@'%'; GRANT ALL ON *.* TO 'idem'@'%'; CREATE DATABASE IF NOT EXISTS idem_test;" \
