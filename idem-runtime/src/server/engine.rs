@@ -1016,7 +1016,7 @@ impl<DB: Backend> Idempotency<DB> {
         scope: &str,
         key: &str,
     ) -> Result<(), StoreError> {
-        if DB::NAME != "PostgreSQL" {
+        if !DB::SYNCHRONOUS_STANDBYS {
             return Ok(());
         }
         DB::confirm_read(&mut tx, self.inner.store.settings(), scope, key).await?;

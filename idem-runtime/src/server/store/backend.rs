@@ -31,6 +31,12 @@ pub trait Backend: sqlx::Database + Sized {
     /// smaller.
     const REAP_BATCH: i64 = 1_000;
 
+    /// Whether a commit may wait for a synchronous standby (PostgreSQL):
+    /// the store then watches each COMMIT for the warning that it returned
+    /// without one, and confirms a read record before it answers
+    /// ([`Backend::confirm_read`]).
+    const SYNCHRONOUS_STANDBYS: bool = false;
+
     /// Creates or upgrades the schema; safe to call from several processes at once.
     fn migrate<'a>(
         pool: &'a Pool<Self>,

@@ -170,7 +170,7 @@ impl<DB: Backend> Store<DB> {
     /// may be a primary being deposed, and what the transaction wrote may
     /// be missing after a failover.
     pub(crate) async fn commit(&self, tx: sqlx::Transaction<'_, DB>) -> Result<(), StoreError> {
-        if DB::NAME != "PostgreSQL" {
+        if !DB::SYNCHRONOUS_STANDBYS {
             return tx.commit().await.map_err(StoreError::from);
         }
         let (result, warning) = self.settings.commit_watch.run(tx.commit()).await;

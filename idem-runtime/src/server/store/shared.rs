@@ -115,6 +115,8 @@ where
     for<'r> &'r str: sqlx::ColumnIndex<DB::Row>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
+    const SYNCHRONOUS_STANDBYS: bool = DB::STATEMENTS.confirm_read.is_some();
+
     const REAP_BATCH: i64 = DB::STATEMENTS.reap_batch;
 
     fn migrate<'a>(
